@@ -1,0 +1,39 @@
+# One-command entry points. `make export` and `make test` install into .venv when needed.
+MODEL ?= qwen3-vl
+CHECKPOINT ?=
+DYNAMO ?=
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+BUILD := build/$(MODEL)
+
+.PHONY: install export test lint bench clean
+
+install: $(STAMP)
+
+# torch is pinned to the local CPU wheel (any other spec pulls CUDA); installed first so that
+# transformers' torch requirement is already met.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[export,dev]'
+	touch $(STAMP)
+
+export: $(STAMP)
+	$(PY) -m builders.vision --model $(MODEL) \
+		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo) \
+		--out $(BUILD)/export
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(PY) -m bench.export_bench --model $(MODEL)
+
+clean:
+	rm -rf build dist

@@ -1,0 +1,1 @@
+"""Export stage: torch model (config or checkpoint) -> ONNX. The only package that imports torch."""

@@ -1,0 +1,126 @@
+"""Export a torch module to ONNX through TorchScript or torch.export, with contract dim names.
+
+Both paths take the same `IOSpec`. TorchScript gets `dynamic_axes`; torch.export gets `dynamic_shapes`
+with one named `Dim` per symbolic axis and runs `torch.export.export` first, so that a specialised or
+guarded dimension fails loudly here instead of silently inside the ONNX exporter.
+"""
+
+import contextlib
+import io
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import torch
+
+# Above this many bytes of weights the model is saved with external data (`model.onnx.data`).
+EXTERNAL_DATA_THRESHOLD = 512 * 1024 * 1024
+
+
+@dataclass
+class IOSpec:
+    """Input/output names and, per name, {axis: symbolic dim name}."""
+
+    input_names: list[str]
+    output_names: list[str]
+    dynamic_axes: dict[str, dict[int, str]]
+
+
+def export_torchscript(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int) -> onnx.ModelProto:
+    """torch.onnx.export(dynamo=False) with dynamic_axes on every variable dim."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            args,
+            buffer,
+            dynamo=False,
+            input_names=spec.input_names,
+            output_names=spec.output_names,
+            dynamic_axes=spec.dynamic_axes,
+            opset_version=opset,
+            do_constant_folding=True,
+        )
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def export_dynamo(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int) -> onnx.ModelProto:
+    """torch.export.export with named Dims, then torch.onnx.export of the ExportedProgram."""
+    dims: dict[str, torch.export.Dim] = {}
+    dynamic_shapes = {
+        name: {axis: dims.setdefault(dim, torch.export.Dim(dim)) for axis, dim in spec.dynamic_axes[name].items()}
+        for name in spec.input_names
+    }
+    program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes, strict=False)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        onnx_program = torch.onnx.export(
+            program,
+            args,
+            dynamo=True,
+            input_names=spec.input_names,
+            output_names=spec.output_names,
+            opset_version=opset,
+            optimize=True,
+        )
+    return onnx_program.model_proto
+
+
+def name_io_dims(model: onnx.ModelProto, spec: IOSpec) -> None:
+    """Give every symbolic I/O axis its contract name, renaming the same symbol inside the graph too.
+
+    torch.export names symbols itself (`s0`, `s0//4`, ...); users and the later stages see only the
+    contract names (`num_patches`, `num_images`, `num_tokens`).
+    """
+    renames: dict[str, str] = {}
+    for value in list(model.graph.input) + list(model.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        for axis, name in spec.dynamic_axes.get(value.name, {}).items():
+            old = dims[axis].dim_param if dims[axis].HasField("dim_param") else ""
+            if old and old != name:
+                renames[old] = name
+            dims[axis].dim_param = name
+    for value in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in renames:
+                dim.dim_param = renames[dim.dim_param]
+
+
+def set_metadata(model: onnx.ModelProto, metadata: dict[str, str]) -> None:
+    """Replace/add ONNX metadata_props (string values)."""
+    existing = {p.key: p for p in model.metadata_props}
+    for key, value in metadata.items():
+        prop = existing.get(key) or model.metadata_props.add()
+        prop.key, prop.value = key, str(value)
+
+
+def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
+    """Save `model` to `path`; weights go to `path.name + '.data'` beside it when large. Returns files."""
+    large = sum(len(t.raw_data) for t in model.graph.initializer) > EXTERNAL_DATA_THRESHOLD
+    if large:
+        data = path.with_name(path.name + ".data")
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data.name, size_threshold=1024)
+        return [path, data]
+    onnx.save_model(model, str(path))
+    return [path]
+
+
+@contextlib.contextmanager
+def staged_dir(out: Path):
+    """Yield a temp folder beside `out`; on success it replaces `out`, on error it is removed."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)

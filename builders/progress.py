@@ -1,0 +1,22 @@
+"""Progress lines with timings for long steps, printed to stderr."""
+
+import contextlib
+import sys
+import time
+
+
+def say(message: str) -> None:
+    """Print one progress line."""
+    print(f"[vision-onnx] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def step(name: str, timings: dict | None = None):
+    """Announce `name`, run the body, then print and (optionally) record its wall time in seconds."""
+    say(f"{name} ...")
+    start = time.perf_counter()
+    yield
+    seconds = time.perf_counter() - start
+    if timings is not None:
+        timings[name] = round(seconds, 3)
+    say(f"{name}: done in {seconds:.1f} s")

@@ -1,0 +1,75 @@
+"""What the generic export command needs to know about the Qwen3-VL vision encoder."""
+
+import json
+
+import numpy as np
+import torch
+
+from builders.config import ModelConfig
+from builders.onnx_export import IOSpec
+from builders.qwen3_vl import layouts
+from builders.qwen3_vl.model import VisionEncoder, build_from_checkpoint, build_random, reference_outputs
+from runtime import contract
+
+
+def build(config: ModelConfig, checkpoint: str | None, seed: int) -> tuple[torch.nn.Module, dict]:
+    """The eager vision tower and facts for the report (`weights`: random | checkpoint)."""
+    if checkpoint:
+        visual, folder = build_from_checkpoint(checkpoint)
+        return visual, {"weights": "checkpoint", "checkpoint": str(folder)}
+    return build_random(config, seed), {"weights": "random", "seed": seed}
+
+
+def patch_dim(visual) -> int:
+    """Row length of pixel_values: channels * temporal patch * patch * patch (1536)."""
+    c = visual.config
+    return c.in_channels * c.temporal_patch_size * c.patch_size * c.patch_size
+
+
+def merge_size(visual) -> int:
+    return visual.config.spatial_merge_size
+
+
+def io_spec(visual) -> IOSpec:
+    """The I/O contract of the design: names and symbolic dims."""
+    outputs = contract.output_names(len(visual.config.deepstack_visual_indexes))
+    axes = {"pixel_values": {0: contract.DIM_PATCHES}, "grid_thw": {0: contract.DIM_IMAGES}}
+    axes.update({name: {0: contract.DIM_TOKENS} for name in outputs})
+    return IOSpec(list(contract.INPUT_NAMES), outputs, axes)
+
+
+def export_module(visual) -> torch.nn.Module:
+    return VisionEncoder(visual).eval()
+
+
+def example_inputs(visual, grid_thw: np.ndarray, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random pixels for the example grid, as torch tensors (pixel_values [N, 1536], grid_thw [I, 3])."""
+    pixels, grid = layouts.random_pixels(grid_thw, patch_dim(visual), np.random.default_rng(seed))
+    return torch.from_numpy(pixels), torch.from_numpy(grid)
+
+
+def validation_cases(visual, grid_thw: np.ndarray, seed: int) -> list:
+    c = visual.config
+    return layouts.validation_cases(grid_thw.tolist(), c.patch_size, c.spatial_merge_size,
+                                    c.temporal_patch_size, c.in_channels, seed)
+
+
+def reference(visual):
+    """(pixel_values, grid_thw) -> eager outputs, numpy."""
+    return lambda pixel_values, grid_thw: reference_outputs(visual, pixel_values, grid_thw)
+
+
+def metadata(visual, grid_thw: np.ndarray) -> dict:
+    """Facts later stages read from the ONNX (surgery reads the export grid)."""
+    c = visual.config
+    patches = contract.num_patches(grid_thw)
+    return {
+        "family": "qwen3-vl",
+        "export_grid_thw": json.dumps(grid_thw.tolist()),
+        "export_num_patches": patches,
+        "export_num_tokens": patches // c.spatial_merge_size**2,
+        "spatial_merge_size": c.spatial_merge_size,
+        "patch_dim": patch_dim(visual),
+        "out_hidden_size": c.out_hidden_size,
+        "deepstack_visual_indexes": json.dumps(list(c.deepstack_visual_indexes)),
+    }

@@ -1,0 +1,95 @@
+"""Every grid-dependent tensor of the Qwen3-VL vision tower as vectorised tensor math.
+
+The eager model derives rotary position ids, position-embedding interpolation taps and attention
+segments from `grid_thw` with Python loops, `.tolist()` and `repeat_interleave`; traced, those bake the
+export grid into the graph. Here each is computed from `grid_thw` int64 [I, 3] and the patch count N
+(`pixel_values.shape[0]`) with arange / compare / gather / integer arithmetic only, so one graph is
+right for every layout. Patches are laid out as the Qwen processor emits them: image after image, frame
+after frame, and inside a frame in spatial-merge-block order (block_row, block_col, in_row, in_col).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from transformers.vision_utils import _interpolation_axis_taps_weights
+
+
+@dataclass
+class PatchLayout:
+    """Per-patch coordinates, each int64 [N]."""
+
+    image: torch.Tensor  # index of the image (or video) the patch belongs to, 0..I-1
+    segment: torch.Tensor  # global frame index: attention never crosses it
+    row: torch.Tensor  # patch row inside its frame, 0..h-1
+    col: torch.Tensor  # patch column inside its frame, 0..w-1
+    height: torch.Tensor  # h of the patch's image
+    width: torch.Tensor  # w of the patch's image
+
+
+def patch_layout(grid_thw: torch.Tensor, num_patches: torch.Tensor | int, merge: int) -> PatchLayout:
+    """Decode each of the N packed patches into (image, frame segment, row, col).
+
+    grid_thw int64 [I, 3]; num_patches = N = sum(t*h*w) (a traced size, not a Python constant).
+    """
+    t, h, w = grid_thw[:, 0], grid_thw[:, 1], grid_thw[:, 2]  # [I]
+    counts = t * h * w
+    ends = torch.cumsum(counts, 0)  # [I] exclusive end of each image
+    starts = ends - counts
+    index = torch.arange(num_patches, device=grid_thw.device)  # [N]
+    image = (index[:, None] >= ends[None, :]).sum(1)  # [N] how many images end at or before it
+    height, width = h[image], w[image]
+    in_image = index - starts[image]
+    frame_size = height * width
+    frame = torch.div(in_image, frame_size, rounding_mode="floor")
+    within = in_image - frame * frame_size  # position inside the frame, merge-block order
+    blocks_w = torch.div(width, merge, rounding_mode="floor")
+    block = torch.div(within, merge * merge, rounding_mode="floor")
+    in_block = within - block * (merge * merge)
+    in_row = torch.div(in_block, merge, rounding_mode="floor")
+    in_col = in_block - in_row * merge
+    block_row = torch.div(block, blocks_w, rounding_mode="floor")
+    block_col = block - block_row * blocks_w
+    frames_before = torch.cumsum(t, 0) - t  # [I]
+    return PatchLayout(
+        image=image,
+        segment=frames_before[image] + frame,
+        row=block_row * merge + in_row,
+        col=block_col * merge + in_col,
+        height=height,
+        width=width,
+    )
+
+
+def rotary_position_ids(layout: PatchLayout) -> torch.Tensor:
+    """int64 [N, 2]: (row, col) of each patch, the ids the 2D rotary embedding rotates by."""
+    return torch.stack([layout.row, layout.col], dim=-1)
+
+
+def interpolation_taps(layout: PatchLayout, side: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bilinear (align_corners=True) taps into the square [side*side, hidden] position table.
+
+    Returns indices int64 [N, 4] and weights float32 [N, 4], the model's `interp_indices` /
+    `interp_weights` (same per-axis kernel as transformers, which it reuses).
+    """
+    h_taps, h_weights = _interpolation_axis_taps_weights(layout.row, layout.height, side, "bilinear", True)
+    w_taps, w_weights = _interpolation_axis_taps_weights(layout.col, layout.width, side, "bilinear", True)
+    indices = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, 4)
+    weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, 4)
+    return indices, weights
+
+
+def frame_attention_bias(layout: PatchLayout, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Additive block-diagonal bias [1, 1, N, N]: 0 inside a frame, dtype-min across frames or images.
+
+    Softmax over a row then equals the eager model's softmax over that patch's own frame.
+    """
+    same = layout.segment[:, None] == layout.segment[None, :]
+    zero = torch.zeros((), dtype=dtype)
+    blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype)
+    return torch.where(same, zero, blocked)[None, None]
+
+
+def image_boundaries(grid_thw: torch.Tensor) -> torch.Tensor:
+    """int64 [I + 1]: cumulative patch counts per image (the `cu_seqlens` kwarg; unused by packed attention)."""
+    counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
+    return torch.cat([torch.zeros(1, dtype=counts.dtype), torch.cumsum(counts, 0)])

@@ -1,0 +1,105 @@
+"""Build the Qwen3-VL vision tower (random weights or a checkpoint) and its export wrapper."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLConfig, Qwen3VLVisionConfig
+from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel, Qwen3VLVisionRotaryEmbedding
+
+from builders import checkpoint as ckpt
+from builders.config import ModelConfig
+from builders.qwen3_vl import grid
+from builders.qwen3_vl.patcher import BIAS_KWARG, packed_attention
+from runtime.errors import UsageError
+
+# Where the vision tower lives in a Qwen3VLForConditionalGeneration state dict (transformers 5 layout
+# first, then the flat layout of older saves).
+VISION_PREFIXES = ("model.visual.", "visual.")
+VISION_KEYS = set(Qwen3VLVisionConfig.__annotations__)
+
+
+def vision_config(values: dict) -> Qwen3VLVisionConfig:
+    """Qwen3VLVisionConfig from a config file's `vision` mapping, rejecting unknown keys."""
+    unknown = sorted(set(values) - VISION_KEYS)
+    if unknown:
+        raise UsageError(f"unknown vision config key {unknown[0]!r}; allowed: {', '.join(sorted(VISION_KEYS))}")
+    try:
+        config = Qwen3VLVisionConfig(**values)
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"bad vision config: {str(err).splitlines()[0]}") from None
+    return _eager(config)
+
+
+def _eager(config: Qwen3VLVisionConfig) -> Qwen3VLVisionConfig:
+    # The reference runs the model's own per-frame eager attention (see DESIGN: eager is the reference).
+    config._attn_implementation = "eager"
+    return config
+
+
+def build_random(config: ModelConfig, seed: int) -> Qwen3VLVisionModel:
+    """The tower at the config's dimensions with the model's own initialisation under `seed`."""
+    vision = vision_config(config.vision)
+    torch.manual_seed(seed)
+    return Qwen3VLVisionModel(vision).float().eval()
+
+
+def build_from_checkpoint(checkpoint: str) -> tuple[Qwen3VLVisionModel, Path]:
+    """The tower of a Qwen3VLForConditionalGeneration checkpoint, loading only the vision weights."""
+    folder = ckpt.resolve_checkpoint(checkpoint, VISION_PREFIXES)
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise UsageError(f"checkpoint folder {folder} has no config.json")
+    raw = json.loads(config_path.read_text())
+    if "vision_config" not in raw:
+        raise UsageError(f"checkpoint {folder}: config.json has no vision_config (not a Qwen3-VL checkpoint?)")
+    vision = Qwen3VLConfig(**raw).vision_config
+    state, _ = ckpt.load_prefixed_state_dict(folder, VISION_PREFIXES)
+    with torch.device("meta"):
+        model = Qwen3VLVisionModel(_eager(vision))
+    model = model.to_empty(device="cpu").float()
+    # inv_freq is a non-persistent buffer, absent from checkpoints: recompute what __init__ computes.
+    inv_freq, _ = Qwen3VLVisionRotaryEmbedding.compute_axial_rope_parameters(vision)
+    model.rotary_pos_emb.inv_freq.copy_(inv_freq)
+    model.rotary_pos_emb.original_inv_freq.copy_(inv_freq)
+    ckpt.load_into(model, state, folder)
+    return model.eval(), folder
+
+
+class VisionEncoder(torch.nn.Module):
+    """The export graph: (pixel_values [N, 1536], grid_thw int64 [I, 3]) -> (image_embeds, *deepstack).
+
+    Every grid-dependent tensor is computed by `grid` and handed to the tower through its precompute
+    keyword arguments; attention is packed with a block-diagonal bias (see `patcher`). Outputs are
+    [N / merge**2, out_hidden] each.
+    """
+
+    def __init__(self, visual: Qwen3VLVisionModel):
+        super().__init__()
+        self.visual = visual
+        self.merge = visual.config.spatial_merge_size
+        self.side = visual.num_grid_per_side
+
+    def forward(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        layout = grid.patch_layout(grid_thw, pixel_values.shape[0], self.merge)
+        indices, weights = grid.interpolation_taps(layout, self.side)
+        with packed_attention():
+            out = self.visual(
+                pixel_values,
+                grid_thw=grid_thw,
+                position_ids=grid.rotary_position_ids(layout),
+                interp_indices=indices,
+                interp_weights=weights,
+                cu_seqlens=grid.image_boundaries(grid_thw),
+                return_dict=True,
+                **{BIAS_KWARG: grid.frame_attention_bias(layout, pixel_values.dtype)},
+            )
+        return (out.pooler_output, *out.deepstack_features)
+
+
+@torch.no_grad()
+def reference_outputs(visual: Qwen3VLVisionModel, pixel_values: np.ndarray, grid_thw: np.ndarray) -> list:
+    """The unpatched eager model (per-frame attention, Python loops) on one pack: numpy outputs."""
+    out = visual(torch.from_numpy(pixel_values), grid_thw=torch.from_numpy(grid_thw), return_dict=True)
+    return [t.numpy() for t in (out.pooler_output, *out.deepstack_features)]

@@ -1,0 +1,60 @@
+"""Parity of an ONNX model against the eager PyTorch model, case by case (numpy metrics)."""
+
+from collections.abc import Callable
+
+import numpy as np
+
+from builders.progress import say
+
+
+def compare(output: np.ndarray, reference: np.ndarray, tolerance: float) -> dict:
+    """Metrics of one output against its reference.
+
+    max_abs = max |out - ref|; max_rel = max_abs / max |ref| (relative to the output's scale);
+    cosine of the flattened tensors; ok when max_abs <= tolerance * max(1, max |ref|).
+    """
+    if output.shape != reference.shape:
+        return {"shape": list(output.shape), "expected_shape": list(reference.shape), "ok": False}
+    diff = np.abs(output.astype(np.float64) - reference.astype(np.float64))
+    scale = float(np.abs(reference).max()) if reference.size else 0.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    a, b = output.ravel().astype(np.float64), reference.ravel().astype(np.float64)
+    denom = np.linalg.norm(a) * np.linalg.norm(b)
+    return {
+        "shape": list(output.shape),
+        "max_abs": max_abs,
+        "max_rel": max_abs / scale if scale else max_abs,
+        "cosine": float(a @ b / denom) if denom else 1.0,
+        "scale": scale,
+        "limit": tolerance * max(1.0, scale),
+        "ok": max_abs <= tolerance * max(1.0, scale),
+    }
+
+
+def validate(
+    run: Callable[[np.ndarray, np.ndarray], list],
+    reference: Callable[[np.ndarray, np.ndarray], list],
+    cases: list,
+    output_names: list[str],
+    tolerance: float,
+) -> list[dict]:
+    """Run every (name, pixel_values, grid_thw) case through both; one record per case."""
+    records = []
+    for index, (name, pixel_values, grid_thw) in enumerate(cases, 1):
+        try:
+            outputs = run(pixel_values, grid_thw)
+            error = None
+        except Exception as err:  # a graph baked to another grid fails here: record it, do not hide it
+            outputs, error = None, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+        expected = reference(pixel_values, grid_thw)
+        record = {"case": name, "grid_thw": grid_thw.tolist(), "num_patches": int(pixel_values.shape[0])}
+        if error:
+            record.update(ok=False, error=error)
+        else:
+            record["outputs"] = {n: compare(o, r, tolerance) for n, o, r in zip(output_names, outputs, expected)}
+            record["ok"] = all(m["ok"] for m in record["outputs"].values())
+        records.append(record)
+        worst = max((m.get("max_abs", float("inf")) for m in record.get("outputs", {}).values()),
+                    default=float("inf"))
+        say(f"  case {index}/{len(cases)} {name}: {'ok' if record['ok'] else 'FAIL'} (max abs diff {worst:.2e})")
+    return records

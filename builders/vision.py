@@ -1,0 +1,141 @@
+"""`python -m builders.vision`: export a VLM vision encoder to ONNX and validate it against eager.
+
+Writes OUT/model.onnx (+ model.onnx.data when large) and OUT/report.json. Exit 0 when every validation
+case is within tolerance, 1 when one is not (the model and report then go to OUT.rejected/ for
+inspection, OUT is left untouched), 2 on bad input.
+"""
+
+import argparse
+import json
+import platform
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+import transformers
+
+from builders import onnx_export, validate
+from builders.config import load_config
+from builders.progress import say, step
+from builders.qwen3_vl import family as qwen3_vl
+from runtime import contract, session
+from runtime.errors import UsageError
+
+FAMILIES = {"qwen3-vl": qwen3_vl}
+EXPORTERS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m builders.vision", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-vl", help="a config name in configs/ (default: qwen3-vl = qwen3-vl-2b)")
+    parser.add_argument("--config", help="a config YAML file instead of --model")
+    parser.add_argument("--checkpoint", help="save_pretrained folder (or hub id) of a Qwen3VLForConditionalGeneration")
+    parser.add_argument("--dynamo", action="store_true", help="export through torch.export (default: TorchScript)")
+    parser.add_argument("--opset", type=int, help="ONNX opset (default: the config's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    parser.add_argument("--example-grid", action="append", metavar="T,H,W",
+                        help="an image of the export example, repeatable (default: the config's)")
+    parser.add_argument("--out", required=True, type=Path, help="output folder")
+    return parser.parse_args(argv)
+
+
+def parse_grid(items: list[str]) -> np.ndarray:
+    try:
+        return np.array([[int(v) for v in item.split(",")] for item in items], dtype=np.int64)
+    except ValueError:
+        raise UsageError(f"--example-grid takes T,H,W integers, got {items}") from None
+
+
+def export(args: argparse.Namespace) -> int:
+    timings: dict[str, float] = {}
+    config = load_config(None if args.config else args.model, args.config)
+    if config.family not in FAMILIES:
+        raise UsageError(f"config {config.path}: unknown family {config.family!r}; known: {', '.join(FAMILIES)}")
+    fam = FAMILIES[config.family]
+    exporter = "dynamo" if args.dynamo else "torchscript"
+    opset = args.opset or config.opset
+
+    with step("load model" + (f" from {args.checkpoint}" if args.checkpoint else ""), timings):
+        visual, origin = fam.build(config, args.checkpoint, args.seed)
+    if origin["weights"] == "random":
+        say(f"NOTE: no checkpoint given: RANDOM weights (seed {args.seed}) at the dimensions of {config.name}")
+    grid = contract.check_grid(parse_grid(args.example_grid) if args.example_grid else config.example_grid_thw,
+                               fam.merge_size(visual))
+    spec = fam.io_spec(visual)
+    example = fam.example_inputs(visual, grid, args.seed)
+
+    with step(f"export through {exporter} (opset {opset}, example grid {grid.tolist()})", timings):
+        model = EXPORTERS[exporter](fam.export_module(visual), example, spec, opset)
+    onnx_export.name_io_dims(model, spec)
+    onnx_export.set_metadata(model, {
+        "model": config.name, "exporter": exporter, "weights": origin["weights"],
+        **({"seed": args.seed} if origin["weights"] == "random" else {}), **fam.metadata(visual, grid),
+    })
+
+    out = Path(args.out)
+    with onnx_export.staged_dir(out) as tmp:
+        with step("save", timings):
+            files = onnx_export.save_model(model, tmp / "model.onnx")
+            del model
+        cases = fam.validation_cases(visual, grid, args.seed)
+        with step(f"validate against eager PyTorch ({len(cases)} cases)", timings):
+            sess = session.open_session(tmp / "model.onnx")
+            run = lambda pv, g: session.run(sess, {"pixel_values": pv, "grid_thw": g})  # noqa: E731
+            records = validate.validate(run, fam.reference(visual), cases, spec.output_names, config.tolerance)
+        passed = all(r["ok"] for r in records)
+        report = {
+            "stage": "export",
+            "model": config.name,
+            "config": config.path,
+            "family": config.family,
+            **origin,
+            "exporter": exporter,
+            "opset": opset,
+            "example_grid_thw": grid.tolist(),
+            "inputs": {n: spec.dynamic_axes[n] for n in spec.input_names},
+            "outputs": spec.output_names,
+            "tolerance": config.tolerance,
+            "validation": {"passed": passed, "cases": records},
+            "files": {f.name: f.stat().st_size for f in files},
+            "timings_s": timings,
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "onnx": onnx.__version__, "python": platform.python_version()},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        (tmp / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        if not passed:
+            rejected = out.with_name(out.name + ".rejected")
+            shutil.rmtree(rejected, ignore_errors=True)
+            shutil.copytree(tmp, rejected)
+            failed = [r["case"] for r in records if not r["ok"]]
+            raise ValidationFailed(f"{len(failed)} validation case(s) exceed tolerance: {', '.join(failed)}; "
+                                   f"model and report kept in {rejected}")
+    say(f"wrote {out}/model.onnx ({sum(report['files'].values()) / 2**20:.1f} MiB), {out}/report.json; "
+        f"{len(records)} validation cases passed")
+    return 0
+
+
+class ValidationFailed(Exception):
+    """The exported model disagrees with eager PyTorch: exit 1."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return export(args)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ValidationFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
