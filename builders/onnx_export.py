@@ -10,7 +10,7 @@ import io
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -22,11 +22,12 @@ EXTERNAL_DATA_THRESHOLD = 512 * 1024 * 1024
 
 @dataclass
 class IOSpec:
-    """Input/output names and, per name, {axis: symbolic dim name}."""
+    """Input/output names; per name, {axis: symbolic dim name}; per dim name, what it is a multiple of."""
 
     input_names: list[str]
     output_names: list[str]
     dynamic_axes: dict[str, dict[int, str]]
+    multiple_of: dict[str, int] = field(default_factory=dict)
 
 
 def export_torchscript(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int) -> onnx.ModelProto:
@@ -50,11 +51,13 @@ def export_torchscript(module: torch.nn.Module, args: tuple, spec: IOSpec, opset
 
 def export_dynamo(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int) -> onnx.ModelProto:
     """torch.export.export with named Dims, then torch.onnx.export of the ExportedProgram."""
-    dims: dict[str, torch.export.Dim] = {}
-    dynamic_shapes = {
-        name: {axis: dims.setdefault(dim, torch.export.Dim(dim)) for axis, dim in spec.dynamic_axes[name].items()}
-        for name in spec.input_names
-    }
+    dims = {}
+    for name in spec.input_names:
+        for dim in spec.dynamic_axes[name].values():
+            step = spec.multiple_of.get(dim, 1)
+            dims.setdefault(dim, step * torch.export.Dim(f"{dim}_div_{step}") if step > 1 else torch.export.Dim(dim))
+    dynamic_shapes = {name: {axis: dims[dim] for axis, dim in spec.dynamic_axes[name].items()}
+                      for name in spec.input_names}
     program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes, strict=False)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")

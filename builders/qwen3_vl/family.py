@@ -35,7 +35,9 @@ def io_spec(visual) -> IOSpec:
     outputs = contract.output_names(len(visual.config.deepstack_visual_indexes))
     axes = {"pixel_values": {0: contract.DIM_PATCHES}, "grid_thw": {0: contract.DIM_IMAGES}}
     axes.update({name: {0: contract.DIM_TOKENS} for name in outputs})
-    return IOSpec(list(contract.INPUT_NAMES), outputs, axes)
+    # N = sum(t*h*w) with h, w multiples of the merge size: torch.export needs to know N % merge**2 == 0.
+    multiple = {contract.DIM_PATCHES: visual.config.spatial_merge_size**2}
+    return IOSpec(list(contract.INPUT_NAMES), outputs, axes, multiple)
 
 
 def export_module(visual) -> torch.nn.Module:
