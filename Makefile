@@ -16,7 +16,6 @@ install: $(STAMP)
 # transformers' torch requirement is already met.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[export,dev]'
 	touch $(STAMP)

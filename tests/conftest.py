@@ -1,0 +1,23 @@
+"""Shared fixtures: tiny-config exports through both paths, built once per test session."""
+
+import json
+
+import pytest
+
+from builders import vision
+
+
+def export_tiny(out, *extra) -> dict:
+    """Export the tiny config into `out`; return its report (the export itself asserts exit 0)."""
+    code = vision.main(["--model", "qwen3-vl-tiny", "--out", str(out), *extra])
+    assert code == 0, f"export {extra} exited {code}"
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def tiny_exports(tmp_path_factory) -> dict:
+    """{'torchscript': folder, 'dynamo': folder} of tiny exports (model.onnx + report.json)."""
+    root = tmp_path_factory.mktemp("tiny")
+    export_tiny(root / "torchscript")
+    export_tiny(root / "dynamo", "--dynamo")
+    return {"torchscript": root / "torchscript", "dynamo": root / "dynamo"}

@@ -1,0 +1,51 @@
+"""The vectorised grid math equals transformers' own loop/repeat_interleave implementations."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import vision_utils
+
+from builders.qwen3_vl import grid, layouts
+
+MERGE, SIDE = 2, 48
+FIXED = [[[1, 18, 46]], [[1, 2, 64]], [[1, 4, 6], [2, 8, 10], [1, 2, 2]], [[3, 6, 4]], [[1, 64, 2], [1, 2, 64]]]
+PACKS = FIXED + layouts.random_grids(np.random.default_rng(1234), MERGE, count=20)
+
+
+@pytest.mark.parametrize("pack", PACKS, ids=str)
+def test_position_ids_and_taps_match_transformers(pack):
+    grid_thw = torch.tensor(pack)
+    n = int(grid_thw.prod(-1).sum())
+    layout = grid.patch_layout(grid_thw, n, MERGE)
+    expected_ids = vision_utils.get_vision_position_ids(grid_thw, MERGE)
+    assert torch.equal(grid.rotary_position_ids(layout), expected_ids)
+    indices, weights = grid.interpolation_taps(layout, SIDE)
+    ref_indices, ref_weights = vision_utils.get_vision_interpolation_indices_and_weights(
+        grid_thw, SIDE, mode="bilinear", align_corners=True, spatial_merge_size=MERGE)
+    assert torch.equal(indices, ref_indices)
+    torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("pack", PACKS, ids=str)
+def test_attention_segments_are_the_eager_frames(pack):
+    """Segment ids change exactly at the eager model's cu_seqlens (one segment per video frame)."""
+    grid_thw = torch.tensor(pack)
+    n = int(grid_thw.prod(-1).sum())
+    segment = grid.patch_layout(grid_thw, n, MERGE).segment
+    cu_seqlens = vision_utils.get_vision_cu_seqlens(grid_thw).long()
+    expected = torch.repeat_interleave(torch.arange(len(cu_seqlens) - 1), cu_seqlens.diff())
+    assert torch.equal(segment, expected)
+    bias = grid.frame_attention_bias(grid.patch_layout(grid_thw, n, MERGE))
+    assert bias.shape == (1, 1, n, n)
+    assert torch.equal(bias[0, 0] == 0, expected[:, None] == expected[None, :])
+
+
+def test_same_patch_count_layouts_differ_in_shape_only():
+    example = [[1, 16, 16], [1, 12, 20]]
+    found = layouts.same_patch_count_layouts(example, MERGE)
+    assert len(found) >= 3
+    for pack in found:
+        assert pack != example
+        assert sum(t * h * w for t, h, w in pack) == 496
+        assert all(h % MERGE == 0 and w % MERGE == 0 for _, h, w in pack)
+    assert any(t > 1 for pack in found for t, _, _ in pack)
