@@ -124,6 +124,9 @@ def staged_dir(out: Path):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
+    for file in tmp.iterdir():
+        file.chmod(0o644)
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)

@@ -11,12 +11,12 @@ def say(message: str) -> None:
 
 
 @contextlib.contextmanager
-def step(name: str, timings: dict | None = None):
-    """Announce `name`, run the body, then print and (optionally) record its wall time in seconds."""
+def step(name: str, timings: dict | None = None, key: str | None = None):
+    """Announce `name`, run the body, print its wall time and record it as timings[key or name] (s)."""
     say(f"{name} ...")
     start = time.perf_counter()
     yield
     seconds = time.perf_counter() - start
     if timings is not None:
-        timings[name] = round(seconds, 3)
+        timings[key or name] = round(seconds, 3)
     say(f"{name}: done in {seconds:.1f} s")

@@ -60,7 +60,7 @@ def export(args: argparse.Namespace) -> int:
     exporter = "dynamo" if args.dynamo else "torchscript"
     opset = args.opset or config.opset
 
-    with step("load model" + (f" from {args.checkpoint}" if args.checkpoint else ""), timings):
+    with step("load model" + (f" from {args.checkpoint}" if args.checkpoint else ""), timings, "load"):
         visual, origin = fam.build(config, args.checkpoint, args.seed)
     if origin["weights"] == "random":
         say(f"NOTE: no checkpoint given: RANDOM weights (seed {args.seed}) at the dimensions of {config.name}")
@@ -69,8 +69,9 @@ def export(args: argparse.Namespace) -> int:
     spec = fam.io_spec(visual)
     example = fam.example_inputs(visual, grid, args.seed)
 
-    with step(f"export through {exporter} (opset {opset}, example grid {grid.tolist()})", timings):
+    with step(f"export through {exporter} (opset {opset}, example grid {grid.tolist()})", timings, "export"):
         model = EXPORTERS[exporter](fam.export_module(visual), example, spec, opset)
+    peak_export = peak_rss_mib()
     onnx_export.name_io_dims(model, spec)
     onnx_export.set_metadata(model, {
         "model": config.name, "exporter": exporter, "weights": origin["weights"],
@@ -79,11 +80,11 @@ def export(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     with onnx_export.staged_dir(out) as tmp:
-        with step("save", timings):
+        with step("save", timings, "save"):
             files = onnx_export.save_model(model, tmp / "model.onnx")
             del model
         cases = fam.validation_cases(visual, grid, args.seed)
-        with step(f"validate against eager PyTorch ({len(cases)} cases)", timings):
+        with step(f"validate against eager PyTorch ({len(cases)} cases)", timings, "validate"):
             sess = session.open_session(tmp / "model.onnx")
             run = lambda pv, g: session.run(sess, {"pixel_values": pv, "grid_thw": g})  # noqa: E731
             records = validate.validate(run, fam.reference(visual), cases, spec.output_names, config.tolerance)
@@ -103,7 +104,7 @@ def export(args: argparse.Namespace) -> int:
             "validation": {"passed": passed, "cases": records},
             "files": {f.name: f.stat().st_size for f in files},
             "timings_s": timings,
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "peak_rss_mib": {"load_and_export": peak_export, "total": peak_rss_mib()},
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "onnx": onnx.__version__, "python": platform.python_version()},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -119,6 +120,11 @@ def export(args: argparse.Namespace) -> int:
     say(f"wrote {out}/model.onnx ({sum(report['files'].values()) / 2**20:.1f} MiB), {out}/report.json; "
         f"{len(records)} validation cases passed")
     return 0
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, MiB (Linux ru_maxrss is in KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 class ValidationFailed(Exception):
