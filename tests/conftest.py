@@ -21,3 +21,11 @@ def tiny_exports(tmp_path_factory) -> dict:
     export_tiny(root / "torchscript")
     export_tiny(root / "dynamo", "--dynamo")
     return {"torchscript": root / "torchscript", "dynamo": root / "dynamo"}
+
+
+def single_error(stderr: str) -> str:
+    """The one `error:` line of a failed command (progress lines may precede it; no traceback)."""
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, stderr
+    return errors[0]
