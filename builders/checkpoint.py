@@ -32,11 +32,11 @@ def _fetch_from_hub(repo_id: str, prefixes: tuple[str, ...]) -> Path:
         try:
             index = json.loads(Path(hf_hub_download(repo_id, INDEX)).read_text())
             shards = sorted({f for k, f in index["weight_map"].items() if k.startswith(prefixes)})
-        except Exception:  # single-file checkpoint
+        except Exception:  # noqa: BLE001 -- no index: a single-file checkpoint
             shards = ["model.safetensors"]
         for shard in shards:
             hf_hub_download(repo_id, shard)
-    except Exception as err:  # offline, unknown repo, gated...
+    except Exception as err:  # noqa: BLE001 -- offline, unknown repo, gated: all mean "not served"
         raise UsageError(
             f"checkpoint {repo_id!r} is not a local folder and the hub could not serve it "
             f"({type(err).__name__}); download it and pass the folder"
@@ -63,7 +63,7 @@ def load_prefixed_state_dict(folder: Path, prefixes: tuple[str, ...]) -> tuple[d
         state = {}
         for file in files:
             with safe_open(str(file), framework="pt") as reader:
-                for key in reader.keys():
+                for key in reader.keys():  # noqa: SIM118 -- safe_open is not a dict
                     if key.startswith(prefix):
                         state[key[len(prefix):]] = reader.get_tensor(key)
         if state:

@@ -86,8 +86,8 @@ def export(args: argparse.Namespace) -> int:
         cases = fam.validation_cases(visual, grid, args.seed)
         with step(f"validate against eager PyTorch ({len(cases)} cases)", timings, "validate"):
             sess = session.open_session(tmp / "model.onnx")
-            run = lambda pv, g: session.run(sess, {"pixel_values": pv, "grid_thw": g})  # noqa: E731
-            records = validate.validate(run, fam.reference(visual), cases, spec.output_names, config.tolerance)
+            records = validate.validate(lambda pv, g: session.run(sess, {"pixel_values": pv, "grid_thw": g}),
+                                        fam.reference(visual), cases, spec.output_names, config.tolerance)
         passed = all(r["ok"] for r in records)
         report = {
             "stage": "export",

@@ -22,7 +22,7 @@ def metadata(path: Path) -> dict[str, str]:
     """The model's metadata_props, read without loading external weights."""
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception:
+    except Exception:  # noqa: BLE001 -- any parse failure means the same to the user
         raise UsageError(f"{path} is not an ONNX model") from None
     return {p.key: p.value for p in model.metadata_props}
 

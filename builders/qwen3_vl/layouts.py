@@ -73,9 +73,9 @@ def validation_cases(example: list, patch: int, merge: int, temporal: int, chann
     cases.append(("video t=2 256x256", *random_pixels([[2, 16, 16]], patch_dim, rng)))
     cases.append(("pack image + video t=2 + image", *random_pixels([[1, 12, 20], [2, 8, 8], [1, 6, 4]],
                                                                    patch_dim, rng)))
-    cases.append((f"export example {example}", *random_pixels(example, patch_dim, rng)))
-    for grid in same_patch_count_layouts(example, merge):
-        cases.append((f"same patch count {grid}", *random_pixels(grid, patch_dim, rng)))
+    cases.append(("export example", *random_pixels(example, patch_dim, rng)))
+    for number, grid in enumerate(same_patch_count_layouts(example, merge), 1):
+        cases.append((f"same patch count #{number}", *random_pixels(grid, patch_dim, rng)))
     return cases
 
 

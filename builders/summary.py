@@ -1,0 +1,41 @@
+"""`python -m builders.summary REPORT.json [...]`: a stage report's validation as a markdown table.
+
+One row per case: grid, patch count, and for each output the worst max abs diff, max rel diff (relative
+to the output's scale) and lowest cosine against the eager model.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+
+def table(report: dict) -> str:
+    """Markdown for one export report."""
+    head = (f"`{report['model']}` via {report['exporter']}, weights {report['weights']}, "
+            f"tolerance {report['tolerance']:g} x max(1, output scale): "
+            f"{'all passed' if report['validation']['passed'] else 'FAILED'}\n\n")
+    rows = ["| case | grid_thw | patches | max abs diff | max rel diff | min cosine | ok |", "|---|---|---|---|---|---|---|"]
+    for case in report["validation"]["cases"]:
+        metrics = list(case.get("outputs", {}).values())
+        if metrics:
+            worst = (f"{max(m['max_abs'] for m in metrics):.2e} | {max(m['max_rel'] for m in metrics):.2e} | "
+                     f"{min(m['cosine'] for m in metrics):.7f}")
+        else:
+            worst = f"{case.get('error', 'n/a')} | | "
+        rows.append(f"| {case['case']} | {case['grid_thw']} | {case['num_patches']} | {worst} | "
+                    f"{'yes' if case['ok'] else 'NO'} |")
+    return head + "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    paths = argv if argv is not None else sys.argv[1:]
+    if not paths:
+        print("usage: python -m builders.summary REPORT.json [...]", file=sys.stderr)
+        return 2
+    for path in paths:
+        print(table(json.loads(Path(path).read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
