@@ -28,6 +28,7 @@ from runtime.errors import UsageError
 
 FAMILIES = {"qwen3-vl": qwen3_vl}
 EXPORTERS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
+OPSETS = {"torchscript": (17, 20), "dynamo": (18, 23)}  # inclusive ranges each exporter handles
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,6 +60,9 @@ def export(args: argparse.Namespace) -> int:
     fam = FAMILIES[config.family]
     exporter = "dynamo" if args.dynamo else "torchscript"
     opset = args.opset or config.opset
+    if not OPSETS[exporter][0] <= opset <= OPSETS[exporter][1]:
+        raise UsageError(f"opset {opset} is not supported by the {exporter} path; use {OPSETS[exporter][0]}.."
+                         f"{OPSETS[exporter][1]} (LayerNormalization needs 17)")
 
     with step("load model" + (f" from {args.checkpoint}" if args.checkpoint else ""), timings, "load"):
         visual, origin = fam.build(config, args.checkpoint, args.seed)

@@ -22,6 +22,8 @@ import onnxruntime as ort
 
 from surgery.modelio import BadInput, save
 
+ort.set_default_logger_severity(3)  # errors reach the user through exceptions, not ORT's log
+
 #: Outputs match when max|a - b| <= TOLERANCE * max(1, max|reference|) (float outputs); ints must be equal.
 TOLERANCE = 1e-5
 

@@ -41,6 +41,10 @@ def test_missing_checkpoint_folder(tmp_path, capsys):
     assert "not a folder" in msg
 
 
+def test_unsupported_opset(tmp_path, capsys):
+    assert "opset 12 is not supported" in run_export(["--model", "qwen3-vl-tiny", "--opset", "12"], tmp_path, capsys)
+
+
 def test_grid_not_multiple_of_merge(tmp_path, capsys):
     msg = run_export(["--model", "qwen3-vl-tiny", "--example-grid", "1,15,16"], tmp_path, capsys)
     assert "multiples of the spatial merge size 2" in msg

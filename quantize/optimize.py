@@ -1,0 +1,102 @@
+"""The optimize stage: fused fp32 graph for ONNX Runtime's CPU kernels, every pass checked by parity.
+
+Passes, in order (each rewrites the in-memory model and is then run at every validation layout
+against the input model's outputs; a pass beyond tolerance stops the stage):
+  fold      static dims and constants (onnxscript optimizer)                 static_dims
+  gemm      Gemm -> MatMul + Add                                              gemm_to_matmul
+  ort       ORT transformer optimizer: Gelu / FastGelu / LayerNormalization  ort_transformer
+  attention packed attention -> MultiHeadAttention with attention_bias       packed_attention
+  rotary    2D RoPE -> RotaryEmbedding (after attention)                     rotary_embedding
+  skipln    residual Add + LayerNormalization -> SkipLayerNormalization      skip_layer_norm
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx_ir as ir
+import onnxscript.optimizer
+
+from quantize import model_io, parity, stage
+from quantize.passes import (gemm_to_matmul, ort_transformer, packed_attention, rotary_embedding,
+                             skip_layer_norm, static_dims)
+from quantize.progress import say, step
+
+
+def _ort(model: ir.Model) -> tuple[ir.Model, dict]:
+    optimized, stats = ort_transformer.apply(model, num_heads=0, hidden_size=0)
+    onnxscript.optimizer.optimize(optimized)  # shapes for the own passes' checks
+    return optimized, stats
+
+
+def _in_place(apply: Callable[[ir.Model], int]) -> Callable[[ir.Model], tuple[ir.Model, int]]:
+    return lambda model: (model, apply(model))
+
+
+PASSES: dict[str, tuple[str, Callable[[ir.Model], tuple[ir.Model, object]]]] = {
+    "fold": ("fold static dims and constants", _in_place(static_dims.apply)),
+    "gemm": ("Gemm -> MatMul + Add", _in_place(gemm_to_matmul.apply)),
+    "ort": ("ONNX Runtime transformer optimizer (vit)", _ort),
+    "attention": ("packed attention -> MultiHeadAttention", _in_place(packed_attention.apply)),
+    "rotary": ("2D rotary -> RotaryEmbedding", _in_place(rotary_embedding.apply)),
+    "skipln": ("residual Add + LayerNorm -> SkipLayerNormalization", _in_place(skip_layer_norm.apply)),
+}
+
+
+def optimize(source: stage.StageInput, skip: set[str], threads: int) -> tuple[ir.Model, list[dict]]:
+    """Run the passes not in `skip`; return the model and one record per pass."""
+    model = source.model
+    records = []
+    for key, (title, run) in PASSES.items():
+        if key in skip:
+            records.append({"pass": key, "title": title, "skipped": True})
+            continue
+        with step(title, source.timings):
+            model, made = run(model)
+        cases = parity.check(parity.open_session(model, threads), source.layouts, source.inputs,
+                             source.reference, source.tolerance)
+        max_abs, cosine = parity.worst(cases)
+        record = {"pass": key, "title": title, "rewrites": made, "max_abs": max_abs, "min_cosine": cosine,
+                  "ok": all(c["ok"] for c in cases)}
+        records.append(record)
+        say(f"  {key}: {made} rewrite(s); parity at {len(cases)} layouts: max abs diff {max_abs:.2e}, "
+            f"min cosine {cosine:.8f}")
+        if not record["ok"]:
+            failed = [c["case"] for c in cases if not c["ok"]]
+            raise stage.ParityFailed(f"pass {key!r} ({title}) breaks parity at {', '.join(failed)} "
+                                     f"(max abs diff {max_abs:.3g}); rerun with --skip {key}")
+    return model, records
+
+
+def run(path: str | Path, out: Path, skip: set[str], threads: int) -> dict:
+    """`python -m quantize optimize`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+    timings: dict[str, float] = {}
+    with step("load the input and run it at the validation layouts", timings):
+        source = stage.read_input(path, threads)
+    source.timings = timings
+    model, records = optimize(source, skip, threads)
+    stage.name_nodes(model)
+    model.producer_name, model.producer_version = "vlm-vision-onnx.quantize", "optimize"
+    with model_io.staged_dir(out) as tmp:
+        with step("save", timings):
+            files = model_io.save(model, tmp / "model.onnx")
+        with step("validate the saved model", timings):
+            cases = parity.check(parity.open_session(tmp / "model.onnx", threads), source.layouts,
+                                 source.inputs, source.reference, source.tolerance)
+        report = {
+            **stage.report_header("optimize", source),
+            "skipped_passes": sorted(skip),
+            "passes": records,
+            "op_counts": stage.op_counts(model),
+            "tolerance": source.tolerance,
+            "validation": {"reference": "input model in ONNX Runtime", "passed": all(c["ok"] for c in cases),
+                           "cases": cases},
+            "files": files,
+            "input_files": model_io.file_sizes(source.path),
+            **stage.report_footer(timings),
+        }
+        model_io.write_report(tmp, report)
+        if not report["validation"]["passed"]:
+            raise stage.ParityFailed("the saved model fails parity (see the pass records)")
+    fused = {k: v for k, v in report["op_counts"].items() if k.startswith("com.microsoft")}
+    say(f"wrote {out}/model.onnx ({sum(files.values()) / 2**20:.1f} MiB); fused ops: {fused}")
+    return report

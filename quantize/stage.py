@@ -1,0 +1,90 @@
+"""What the optimize and int4 stages share: input checks, reference outputs, the report skeleton."""
+
+import platform
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime
+import onnxscript
+
+from quantize import layouts as layouts_mod
+from quantize import model_io, parity
+from runtime.errors import UsageError
+
+DEFAULT_TOLERANCE = 1e-4
+
+
+class ParityFailed(Exception):
+    """A pass changed the model's outputs beyond tolerance: exit 1."""
+
+
+@dataclass
+class StageInput:
+    """The input model, its metadata, the layouts to check and ORT's outputs there (the reference)."""
+
+    path: Path
+    model: ir.Model
+    metadata: dict[str, str]
+    layouts: list[dict]
+    inputs: list[dict[str, np.ndarray]]
+    reference: list[list[np.ndarray]]
+    tolerance: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def read_input(path: str | Path, threads: int) -> StageInput:
+    """Load IN, check it is an encoder with the I/O contract, and run it at every layout."""
+    model_file = model_io.model_path(path)
+    model = model_io.load(model_file)
+    names = [v.name for v in model.graph.inputs]
+    if names != ["pixel_values", "grid_thw"]:
+        raise UsageError(f"{model_file} has inputs {names}, expected ['pixel_values', 'grid_thw'] "
+                         f"(a Qwen3-VL vision encoder from `python -m builders.vision`)")
+    metadata = dict(model.metadata_props)
+    layouts = layouts_mod.layouts_for(model_file, metadata)
+    patch_dim = int(metadata.get("patch_dim", model.graph.inputs[0].shape[1]))
+    inputs = parity.layout_inputs(layouts, patch_dim)
+    reference = parity.run_all(parity.open_session(model_file, threads), inputs)
+    tolerance = float(model_io.read_report(model_file).get("tolerance", DEFAULT_TOLERANCE))
+    return StageInput(model_file, model, metadata, layouts, inputs, reference, tolerance)
+
+
+def report_header(stage: str, source: StageInput) -> dict:
+    return {"stage": stage, "input": str(source.path), "model": source.metadata.get("model"),
+            "weights": source.metadata.get("weights")}
+
+
+def report_footer(timings: dict[str, float]) -> dict:
+    return {
+        "timings_s": timings,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
+                     "onnxscript": onnxscript.__version__, "onnx_ir": ir.__version__,
+                     "numpy": np.__version__, "python": platform.python_version()},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def op_counts(model: ir.Model) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in model.graph:
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def name_nodes(model: ir.Model) -> None:
+    """Give every unnamed node a unique name (the quantizer's --exclude and reports go by name)."""
+    taken = {node.name for node in model.graph if node.name}
+    for i, node in enumerate(model.graph):
+        if not node.name:
+            name = f"{node.op_type}_{i}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
