@@ -13,6 +13,7 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
+from google.protobuf.message import DecodeError
 
 from runtime.errors import UsageError
 
@@ -22,14 +23,15 @@ MAX_IR_VERSION = 10
 
 
 def load(path: str | Path) -> ir.Model:
-    """The model at `path` (a model.onnx file or a stage folder) as an onnx-ir model, weights loaded."""
+    """The model at `path` (a model.onnx file or a stage folder) as an onnx-ir model, weights in memory."""
     path = model_path(path)
     try:
         model = ir.load(str(path))
-    except Exception as err:  # onnx-ir raises several types for a file that is not ONNX
+    except (OSError, ValueError, DecodeError) as err:
         raise UsageError(f"{path} is not a readable ONNX model ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
-    return model
+    # Weights into memory: passes serialize the model (ORT's optimizer, sessions) away from its folder.
+    return ir.external_data.load_to_model(model)
 
 
 def model_path(path: str | Path) -> Path:

@@ -17,8 +17,14 @@ import onnx_ir as ir
 import onnxscript.optimizer
 
 from quantize import model_io, parity, stage
-from quantize.passes import (gemm_to_matmul, ort_transformer, packed_attention, rotary_embedding,
-                             skip_layer_norm, static_dims)
+from quantize.passes import (
+    gemm_to_matmul,
+    ort_transformer,
+    packed_attention,
+    rotary_embedding,
+    skip_layer_norm,
+    static_dims,
+)
 from quantize.progress import say, step
 
 
@@ -42,8 +48,10 @@ PASSES: dict[str, tuple[str, Callable[[ir.Model], tuple[ir.Model, object]]]] = {
 }
 
 
-def optimize(source: stage.StageInput, skip: set[str], threads: int) -> tuple[ir.Model, list[dict]]:
-    """Run the passes not in `skip`; return the model and one record per pass."""
+def optimize(source: stage.StageInput, skip: set[str], threads: int,
+             check_each: bool = True) -> tuple[ir.Model, list[dict]]:
+    """Run the passes not in `skip`; return the model and one record per pass. With `check_each`
+    False only the saved model is checked (quicker for benchmark ablations; not the stage default)."""
     model = source.model
     records = []
     for key, (title, run) in PASSES.items():
@@ -52,14 +60,17 @@ def optimize(source: stage.StageInput, skip: set[str], threads: int) -> tuple[ir
             continue
         with step(title, source.timings):
             model, made = run(model)
+        if not check_each:
+            records.append({"pass": key, "title": title, "rewrites": made, "checked": False})
+            continue
         cases = parity.check(parity.open_session(model, threads), source.layouts, source.inputs,
                              source.reference, source.tolerance)
         max_abs, cosine = parity.worst(cases)
         record = {"pass": key, "title": title, "rewrites": made, "max_abs": max_abs, "min_cosine": cosine,
                   "ok": all(c["ok"] for c in cases)}
         records.append(record)
-        say(f"  {key}: {made} rewrite(s); parity at {len(cases)} layouts: max abs diff {max_abs:.2e}, "
-            f"min cosine {cosine:.8f}")
+        say(f"  {key}: {made} {'fused' if isinstance(made, dict) else 'rewrite(s)'}; parity at {len(cases)} "
+            f"layouts: max abs diff {max_abs:.2e}, min cosine {cosine:.8f}")
         if not record["ok"]:
             failed = [c["case"] for c in cases if not c["ok"]]
             raise stage.ParityFailed(f"pass {key!r} ({title}) breaks parity at {', '.join(failed)} "
@@ -67,13 +78,13 @@ def optimize(source: stage.StageInput, skip: set[str], threads: int) -> tuple[ir
     return model, records
 
 
-def run(path: str | Path, out: Path, skip: set[str], threads: int) -> dict:
+def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: bool = True) -> dict:
     """`python -m quantize optimize`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
     timings: dict[str, float] = {}
     with step("load the input and run it at the validation layouts", timings):
         source = stage.read_input(path, threads)
     source.timings = timings
-    model, records = optimize(source, skip, threads)
+    model, records = optimize(source, skip, threads, check_each)
     stage.name_nodes(model)
     model.producer_name, model.producer_version = "vlm-vision-onnx.quantize", "optimize"
     with model_io.staged_dir(out) as tmp:

@@ -209,11 +209,12 @@ def dynamic_encoder(channels: int = 48, heads: int = 16, head_dim: int = 12, out
 # Multi-scale detector (SCRFD-style FPN)
 
 
-def fpn(channels: int = 8, size: int = 64, seed: int = 0) -> onnx.ModelProto:
+def fpn(channels: int = 8, size: int = 64, seed: int = 0, baked_batch: bool = False) -> onnx.ModelProto:
     """A 3-scale FPN at batch 1: strides 2/4/8, top-down nearest Resize to the lateral's size.
 
-    Input images [1, 3, size, size]; outputs score_{s} [1, 4, (size/s)²] for s in 2, 4, 8 (each head
-    flattens its map with a Reshape to [1, 4, -1], as detection exports do).
+    Input images [1, 3, size, size]; outputs score_{s} [1, 4, (size/s)²] for s in 2, 4, 8. Each head
+    flattens its map with a Reshape to [0, 4, -1] (batch copied), or, with `baked_batch`, to
+    [1, 4, -1] as a trace of `x.view(x.shape[0], 4, -1)` at batch 1 writes it.
     """
     rng = np.random.default_rng(seed)
 
@@ -223,7 +224,7 @@ def fpn(channels: int = 8, size: int = 64, seed: int = 0) -> onnx.ModelProto:
     c = channels
     inits = [weight("stem", [c, 3, 3, 3]), weight("down1", [c, c, 3, 3]), weight("down2", [c, c, 3, 3])]
     inits += [weight(f"head{i}", [4, c, 1, 1]) for i in range(3)]
-    inits += [_i64("flat_shape", [1, 4, -1]), _i64("hw_start", [2]), _i64("hw_end", [4]),
+    inits += [_i64("flat_shape", [1 if baked_batch else 0, 4, -1]), _i64("hw_start", [2]), _i64("hw_end", [4]),
               _i64("nc_start", [0]), _i64("nc_end", [2])]
     conv = {"pads": [1, 1, 1, 1], "strides": [2, 2]}
     nodes = [
@@ -241,13 +242,13 @@ def fpn(channels: int = 8, size: int = 64, seed: int = 0) -> onnx.ModelProto:
             helper.make_node("Shape", [lateral], [f"{lateral}_shape"]),
             helper.make_node("Slice", [f"{lateral}_shape", "hw_start", "hw_end"], [f"{lateral}_hw"]),
             helper.make_node("Concat", [f"{coarse}_nc", f"{lateral}_hw"], [f"{up}_sizes"], axis=0),
-            helper.make_node("Resize", [coarse, "", "", f"{up}_sizes"], [up], mode="nearest"),
-            helper.make_node("Add", [lateral, up], [fused]),
+            helper.make_node("Resize", [coarse, "", "", f"{up}_sizes"], [up], mode="nearest", name=f"upsample_{coarse}"),
+            helper.make_node("Add", [lateral, up], [fused], name=f"fuse_{fused}"),
         ]
     for i, (feature, stride) in enumerate((("p0", 2), ("p1", 4), ("p2", 8))):
         nodes += [
-            helper.make_node("Conv", [feature, f"head{i}"], [f"head{i}_map"]),
-            helper.make_node("Reshape", [f"head{i}_map", "flat_shape"], [f"score_{stride}"]),
+            helper.make_node("Conv", [feature, f"head{i}"], [f"head{i}_map"], name=f"head{i}"),
+            helper.make_node("Reshape", [f"head{i}_map", "flat_shape"], [f"score_{stride}"], name=f"flatten{i}"),
         ]
     inputs = [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])]
     outputs = [helper.make_tensor_value_info(f"score_{s}", TensorProto.FLOAT, [1, 4, (size // s) ** 2]) for s in (2, 4, 8)]
@@ -314,8 +315,8 @@ def symbolic_batch(batch: int = 4, size: int = 8) -> onnx.ModelProto:
         helper.make_node("Concat", ["b", "minus_one"], ["flat_shape"], axis=0),
         helper.make_node("Reshape", ["a", "flat_shape"], ["a_flat"]),
         helper.make_node("MatMul", ["a_flat", "w1"], ["features"]),
-        helper.make_node("Reshape", ["a", "baked_shape"], ["a_baked"]),
-        helper.make_node("MatMul", ["a_baked", "w2"], ["pooled"]),
+        helper.make_node("Reshape", ["a", "baked_shape"], ["a_baked"], name="flatten_baked"),
+        helper.make_node("MatMul", ["a_baked", "w2"], ["pooled"], name="pool"),
     ]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s77", 3, size, size])]
     outputs = [
@@ -360,6 +361,7 @@ def write_all(folder: str | Path) -> list[Path]:
         "baked_merger_folded": baked_merger(folded_table=True),
         "dynamic_encoder": dynamic_encoder(),
         "fpn": fpn(),
+        "fpn_baked_batch": fpn(baked_batch=True),
         "fpn_naive_batch": naive_batch_rewrite(fpn()),
         "fpn_stale": stale_value_info(fpn()),
         "symbolic_batch": symbolic_batch(),

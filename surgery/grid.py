@@ -28,6 +28,14 @@ from surgery.modelio import BadInput
 GLOBAL_SYMBOLS = ("N", "n", "F")
 
 
+def _order(item: tuple[str, int]) -> tuple:
+    """Symbols in reading order: N, n, F, then t_i, h_i, w_i by image."""
+    sym = item[0]
+    if sym in GLOBAL_SYMBOLS:
+        return (0, GLOBAL_SYMBOLS.index(sym), 0)
+    return (1, int(sym.split("_")[1]), "thw".index(sym[0]))
+
+
 @dataclass(frozen=True)
 class Mono:
     """coef · Π symbol^power; `powers` is a sorted tuple of (symbol, nonzero int power)."""
@@ -47,7 +55,7 @@ class Mono:
         powers = dict(self.powers)
         for sym, p in other.powers:
             powers[sym] = powers.get(sym, 0) + p
-        return Mono(self.coef * other.coef, tuple(sorted((s, p) for s, p in powers.items() if p)))
+        return Mono(self.coef * other.coef, tuple(sorted(((s, p) for s, p in powers.items() if p), key=_order)))
 
     def __truediv__(self, other: Mono) -> Mono:
         return self * Mono(1 / other.coef, tuple((s, -p) for s, p in other.powers))
@@ -69,7 +77,9 @@ class Mono:
             num.insert(0, str(self.coef.numerator))
         den += [str(self.coef.denominator)] if self.coef.denominator != 1 else []
         text = "·".join(num)
-        return text + ("/" + "·".join(den) if den else "")
+        if not den:
+            return text
+        return f"{text}/{den[0]}" if len(den) == 1 else f"{text}/({'·'.join(den)})"
 
 
 @dataclass(frozen=True)
@@ -227,7 +237,7 @@ class Emitter:
         self.nodes: list[ir.Node] = []
         self._cache: dict[object, ir.Value] = {}
 
-    def _op(self, op_type: str, inputs, **attrs) -> ir.Value:
+    def op(self, op_type: str, inputs, **attrs) -> ir.Value:
         node = ir.node(op_type, inputs, attributes=attrs)
         self.nodes.append(node)
         return node.outputs[0]
@@ -236,7 +246,7 @@ class Emitter:
         array = np.asarray(values, dtype=dtype)
         key = ("const", array.dtype.str, array.shape, array.tobytes())
         if key not in self._cache:
-            self._cache[key] = self._op("Constant", [], value=ir.tensor(array))
+            self._cache[key] = self.op("Constant", [], value=ir.tensor(array))
         return self._cache[key]
 
     def symbol(self, sym: str) -> ir.Value:
@@ -246,20 +256,20 @@ class Emitter:
         if sym == "N":
             if self.patches is None:
                 raise BadInput("the model has no patch input to read num_patches from; pass --patches-input NAME")
-            value = self._op("Gather", [self._op("Shape", [self.patches]), self.const([0])], axis=0)
+            value = self.op("Gather", [self.op("Shape", [self.patches]), self.const([0])], axis=0)
         elif sym == "n":
-            value = self._op("Gather", [self._op("Shape", [self._grid()]), self.const([0])], axis=0)
+            value = self.op("Gather", [self.op("Shape", [self._grid()]), self.const([0])], axis=0)
         elif sym == "F":
-            times = self._op("Gather", [self._grid(), self.const([0])], axis=1)  # [n, 1]
+            times = self.op("Gather", [self._grid(), self.const([0])], axis=1)  # [n, 1]
             if self.opset >= 13:
-                value = self._op("ReduceSum", [times, self.const([0, 1])], keepdims=0)
+                value = self.op("ReduceSum", [times, self.const([0, 1])], keepdims=0)
             else:
-                value = self._op("ReduceSum", [times], axes=[0, 1], keepdims=0)
-            value = self._op("Reshape", [value, self.const([1])])
+                value = self.op("ReduceSum", [times], axes=[0, 1], keepdims=0)
+            value = self.op("Reshape", [value, self.const([1])])
         else:
             column, index = "thw".index(sym[0]), int(sym.split("_")[1])
-            flat = self._cached("flat", lambda: self._op("Reshape", [self._grid(), self.const([-1])]))
-            value = self._op("Gather", [flat, self.const([3 * index + column])], axis=0)
+            flat = self._cached("flat", lambda: self.op("Reshape", [self._grid(), self.const([-1])]))
+            value = self.op("Gather", [flat, self.const([3 * index + column])], axis=0)
         self._cache[sym] = value
         return value
 
@@ -273,7 +283,7 @@ class Emitter:
             raise BadInput("the model has no grid input to read t, h, w from; pass --grid-input NAME")
         if self.grid.dtype == ir.DataType.INT64:
             return self.grid
-        return self._cached("grid64", lambda: self._op("Cast", [self.grid], to=ir.DataType.INT64))
+        return self._cached("grid64", lambda: self.op("Cast", [self.grid], to=ir.DataType.INT64))
 
     def mono(self, mono: Mono) -> ir.Value:
         """1-D int64 [1] tensor holding `mono` at run time (numerator product, then one exact Div)."""
@@ -284,7 +294,7 @@ class Emitter:
         den = [s for s, p in mono.powers for _ in range(-p) if p < 0]
         value = self._product(num, mono.coef.numerator)
         if den or mono.coef.denominator != 1:
-            value = self._op("Div", [value, self._product(den, mono.coef.denominator)])
+            value = self.op("Div", [value, self._product(den, mono.coef.denominator)])
         self._cache[key] = value
         return value
 
@@ -293,7 +303,7 @@ class Emitter:
             return self.const([coef])
         value = self.symbol(symbols[0])
         for sym in symbols[1:]:
-            value = self._op("Mul", [value, self.symbol(sym)])
+            value = self.op("Mul", [value, self.symbol(sym)])
         if coef != 1:
-            value = self._op("Mul", [value, self.const([coef])])
+            value = self.op("Mul", [value, self.const([coef])])
         return value

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Self
 
 import onnx
 import onnx_ir as ir
@@ -89,7 +90,9 @@ def load(path: str | os.PathLike) -> ir.Model:
         BadInput: see `read_proto`.
     """
     read_proto(path)
-    return ir.load(str(path))
+    model = ir.load(str(path))
+    model.graph.sort()  # passes clone graphs, which needs nodes in topological order
+    return model
 
 
 def has_external_data(path: str | os.PathLike) -> bool:
@@ -134,7 +137,7 @@ class Staged:
         self.model_path = self.dir / self.out.name
         self._committed = False
 
-    def __enter__(self) -> Staged:
+    def __enter__(self) -> Self:
         return self
 
     def commit(self) -> None:
@@ -149,14 +152,24 @@ class Staged:
 
 
 def copy_model(src: str | os.PathLike, dst_dir: Path, name: str) -> Path:
-    """Copy the model file `src` and every external data file it references into `dst_dir`."""
+    """Copy the model file `src` and its external data into `dst_dir` as `name` (+ `name`.data).
+
+    A single external data file is renamed to `<name>.data` (the references are rewritten); with
+    several files each keeps its relative name.
+    """
     src = Path(src)
     proto = onnx.load(str(src), load_external_data=False)
-    locations = set()
-    for tensor in _all_tensors(proto.graph):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            locations.add({e.key: e.value for e in tensor.external_data}["location"])
-    for location in sorted(locations):
+    external = [t for t in _all_tensors(proto.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    locations = sorted({e.value for t in external for e in t.external_data if e.key == "location"})
+    if len(locations) == 1:
+        shutil.copyfile(src.parent / locations[0], dst_dir / f"{name}.data")
+        for tensor in external:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = f"{name}.data"
+        onnx.save(proto, str(dst_dir / name))
+        return dst_dir / name
+    for location in locations:
         target = dst_dir / location
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src.parent / location, target)

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +20,19 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from surgery.modelio import BadInput, save
 
-ort.set_default_logger_severity(3)  # errors reach the user through exceptions, not ORT's log
+ort.set_default_logger_severity(4)  # errors reach the user through exceptions, not ORT's log
+
+#: What ORT raises when a model fails to load or run (its own types do not derive from RuntimeError).
+ORT_ERRORS = (RuntimeError, ValueError) + tuple(
+    getattr(_ort_state, name) for name in (
+        "Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "InvalidGraph", "NoSuchFile",
+        "InvalidProtobuf", "ModelLoaded", "NoModel", "EPFail", "EngineError",
+    ) if hasattr(_ort_state, name)
+)
 
 #: Outputs match when max|a - b| <= TOLERANCE * max(1, max|reference|) (float outputs); ints must be equal.
 TOLERANCE = 1e-5
@@ -45,11 +55,17 @@ def log(message: str) -> None:
 
 
 @contextlib.contextmanager
-def timed(what: str) -> Iterator[None]:
-    """Log `what`, run the block, log how long it took."""
+def timed(what: str, announce_after: float = 2.0) -> Iterator[None]:
+    """Run the block, then log how long `what` took; a step still running after `announce_after`
+    seconds is announced when that time is reached (long steps show progress, short ones one line)."""
     start = time.perf_counter()
-    log(f"{what} ...")
-    yield
+    timer = threading.Timer(announce_after, log, [f"{what} ..."])
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
     log(f"{what}: {time.perf_counter() - start:.1f} s")
 
 
@@ -65,7 +81,7 @@ def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto) -> Iterato
     (ORT cannot resolve external data of an in-memory model); the folder is removed on exit.
     """
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4
     providers = ["CPUExecutionProvider"]
     if isinstance(src, ir.Model):
         if _has_external_tensors(src):
@@ -92,7 +108,7 @@ def try_run(src, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray] | 
     """`run`, but returns (None, first line of the error) when ORT fails."""
     try:
         return run(src, feeds), None
-    except Exception as exc:  # ORT raises several types (Fail, InvalidArgument, RuntimeException)
+    except ORT_ERRORS as exc:
         return None, one_line(exc)
 
 
@@ -104,7 +120,9 @@ def one_line(exc: BaseException) -> str:
     message = re.sub(r"^Non-zero status code returned while running \S+ node\. Name:'[^']*' Status Message: ", "",
                      message)
     message = re.sub(r"^/onnxruntime_src/\S+ ", "", message)
-    prefix = f"{where.group(1)} node '{where.group(2)}': " if where else ""
+    prefix = ""
+    if where:
+        prefix = f"{where.group(1)} node '{where.group(2)}': " if where.group(2) else f"{where.group(1)} node: "
     return (prefix + message)[:300]
 
 

@@ -1,0 +1,383 @@
+"""Command line: python -m surgery {debake,audit,doctor,set-batch,freeze,fix-dims} ...
+
+Exit status: 0 done (or clean), 1 problems found / could not fix / verification failed,
+2 bad input (one line on stderr saying what is wrong and how to fix it).
+Commands that write a model stage it in a temporary folder beside OUT, verify it by running it
+with ONNX Runtime, then move it into place with `report.json`; nothing is written on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from surgery import audit as audit_mod
+from surgery import debake as debake_mod
+from surgery import doctor as doctor_mod
+from surgery import fix_dims as fix_dims_mod
+from surgery import freeze as freeze_mod
+from surgery import set_batch as set_batch_mod
+from surgery.fix_dims import FixFailed
+from surgery.grid import Grid, grid_feeds, resolve_grid
+from surgery.modelio import BadInput, Staged, copy_model, has_external_data, load, save, write_json
+from surgery.probe import observe, probe_feeds
+from surgery.run import (
+    ORT_ERRORS,
+    compare_outputs,
+    input_specs,
+    log,
+    one_line,
+    open_session,
+    parse_named_shapes,
+    random_array,
+    timed,
+    try_run,
+)
+
+
+def _grid_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grid", action="append", metavar="T,H,W",
+                        help="export grid row, once per image (default: the model's export_grid_thw metadata)")
+    parser.add_argument("--merge", type=int, default=None, help="spatial merge size (default: metadata, else 2)")
+    parser.add_argument("--patches-input", default="pixel_values", help="input holding patches [N, C]")
+    parser.add_argument("--grid-input", default="grid_thw", help="input holding the grid [n, 3]")
+
+
+def _out_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("output", metavar="OUT", help="output model file (weights beside it when large)")
+    parser.add_argument("--report", default=None, help="report path (default: report.json beside OUT)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m surgery", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("debake", help="replace grid-baked shape constants by subgraphs of grid_thw")
+    p.add_argument("input", metavar="IN")
+    _out_options(p)
+    _grid_options(p)
+    p = sub.add_parser("audit", help="fail (exit 1) when a grid-specific constant remains")
+    p.add_argument("input", metavar="IN")
+    _grid_options(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p = sub.add_parser("doctor", help="list shape problems, found by running the model")
+    p.add_argument("input", metavar="IN")
+    p.add_argument("--probe", action="append", metavar="NAME=SHAPE", help="input shape to run at, e.g. x=1x3x640x640")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p = sub.add_parser("set-batch", help="change the batch (axis 0 of every input), verified per sample")
+    p.add_argument("input", metavar="IN")
+    _out_options(p)
+    p.add_argument("--batch", required=True, help="new batch size, or 'dynamic'")
+    p.add_argument("--probe", action="append", metavar="NAME=SHAPE", help="sizes of other symbolic input dims")
+    p = sub.add_parser("freeze", help="make every dim static at the given input shapes, verified")
+    p.add_argument("input", metavar="IN")
+    _out_options(p)
+    p.add_argument("--shape", action="append", metavar="NAME=SHAPE", help="static input shape, e.g. x=4x3x640x640")
+    p = sub.add_parser("fix-dims", help="repair dim_param conflicts and stale value_info, verified")
+    p.add_argument("input", metavar="IN")
+    _out_options(p)
+    p.add_argument("--probe", action="append", metavar="NAME=SHAPE", help="input shape to run at")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.getLogger("onnx_ir").setLevel(logging.ERROR)
+    start = time.perf_counter()
+    try:
+        code = COMMANDS[args.command](args)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except FixFailed as exc:
+        print(f"failed: {exc}", file=sys.stderr)
+        return 1
+    log(f"{args.command} done in {time.perf_counter() - start:.1f} s (exit {code})")
+    return code
+
+
+def _fmt_feeds(feeds: dict[str, np.ndarray]) -> str:
+    return " ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
+
+
+def _finish(stage: Staged, args, report: dict) -> None:
+    """Write the report, move the staged model into place, say where."""
+    report_path = Path(args.report) if args.report else None
+    if report_path is None:
+        write_json(stage.dir / "report.json", report)
+    stage.commit()
+    if report_path is not None:
+        write_json(report_path, report)
+    print(f"wrote {args.output} (report: {report_path or Path(args.output).parent / 'report.json'})")
+
+
+# --- debake / audit ----------------------------------------------------------------------------
+
+
+def _grid_inputs(model: ir.Model, args) -> int:
+    """Channels of the patch input; BadInput when the inputs are not the expected ones."""
+    specs = {name: dims for name, _, dims in input_specs(model)}
+    for name, option in ((args.patches_input, "--patches-input"), (args.grid_input, "--grid-input")):
+        if name not in specs:
+            raise BadInput(f"the model has no input '{name}' (inputs: {', '.join(specs)}); name it with {option}")
+    dims = specs[args.patches_input]
+    if len(dims) != 2 or not isinstance(dims[1], int):
+        raise BadInput(f"input '{args.patches_input}' must be [num_patches, C] with a static C, not {dims}")
+    return dims[1]
+
+
+def _feeds(model: ir.Model, grid: Grid, channels: int, args) -> dict[str, np.ndarray]:
+    feeds = grid_feeds(grid, channels, args.patches_input, args.grid_input)
+    rng = np.random.default_rng(0)
+    for name, elem_type, dims in input_specs(model):
+        if name not in feeds:
+            if not all(isinstance(d, int) for d in dims):
+                raise BadInput(f"extra input '{name}' {dims} has non-static dims; debake can only run models whose "
+                               "other inputs are static")
+            feeds[name] = random_array(elem_type, tuple(dims), rng)
+    return feeds
+
+
+def verify_debake(src: str, out: Path, model: ir.Model, grid: Grid, args, changed: bool, unfixable: int) -> dict:
+    """Run OUT at the export grid (against IN when changed) and at another grid (sizes must follow)."""
+    try:
+        return _verify_debake(src, out, model, grid, args, changed, unfixable)
+    except ORT_ERRORS as exc:
+        return {"ok": False, "lines": [f"ONNX Runtime fails: {one_line(exc)}"]}
+
+
+def _verify_debake(src: str, out: Path, model: ir.Model, grid: Grid, args, changed: bool, unfixable: int) -> dict:
+    channels = _grid_inputs(model, args)
+    other = grid.other()
+    result = {"ok": True, "lines": []}
+    arch = debake_mod.architecture_values(model.graph)
+    log(f"loading {out.name} in ONNX Runtime")
+    with open_session(out) as session:
+        names = [o.name for o in session.get_outputs()]
+        feeds = _feeds(model, grid, channels, args)
+        with timed(f"running OUT at the export grid {grid.to_json()}"):
+            got = dict(zip(names, session.run(names, feeds)))
+        if changed:
+            with timed(f"running IN at the export grid {grid.to_json()}"), open_session(src) as original:
+                ref = dict(zip(names, original.run(names, feeds)))
+            ok, lines = compare_outputs(got, ref)
+            result["ok"] &= ok
+            result["lines"].append(f"export grid {grid.to_json()} vs IN: " + "; ".join(lines))
+        else:
+            result["lines"].append(f"export grid {grid.to_json()}: runs, outputs "
+                                   + ", ".join(f"{k} {list(v.shape)}" for k, v in got.items()))
+        feeds_other = _feeds(model, other, channels, args)
+        try:
+            with timed(f"running OUT at another grid {other.to_json()}"):
+                got_other = dict(zip(names, session.run(names, feeds_other)))
+        except ORT_ERRORS as exc:
+            if unfixable:
+                result["lines"].append(f"grid {other.to_json()}: fails, as expected with {unfixable} unfixable "
+                                       f"constant(s): {one_line(exc)}")
+            else:
+                result["ok"] = False
+                result["lines"].append(f"grid {other.to_json()}: FAILS: {one_line(exc)}; the model has grid "
+                                       "sizes the rules did not recognise")
+            return result
+    wrong = []
+    for name, value in got_other.items():
+        want = debake_mod.expected_dims(list(got[name].shape), grid, other, arch)
+        if list(value.shape) != want or not np.all(np.isfinite(value)):
+            wrong.append(f"{name} {list(value.shape)} (expected {want})")
+    if wrong and not unfixable:
+        result["ok"] = False
+    result["lines"].append(f"grid {other.to_json()}: runs, " + (
+        f"sizes do NOT follow the grid: {', '.join(wrong)}" if wrong else
+        "output sizes follow the grid: " + ", ".join(f"{k} {list(v.shape)}" for k, v in got_other.items())))
+    return result
+
+
+def cmd_debake(args) -> int:
+    with timed(f"loading {args.input}"):
+        model = load(args.input)
+    grid = resolve_grid(model, args.grid, args.merge)
+    _grid_inputs(model, args)
+    source = "--grid" if args.grid else "metadata"
+    with timed("looking for grid constants"):
+        new, report = debake_mod.debake(model, grid, args.patches_input, args.grid_input)
+    findings = report["findings"]
+    print(f"debake: export grid {grid.to_json()} (merge {grid.merge}, from {source}): "
+          f"{len(findings)} grid constant(s), {report['fixed']} fixed, {report['unfixable']} unfixable")
+    for f in findings:
+        if f["fixable"]:
+            print(f"  fixed       {f['message']} -> {f['replacement']}")
+        else:
+            print(f"  unfixable   {f['message']}")
+        for note in f["notes"]:
+            print(f"              note: {note}")
+    if not findings:
+        print("  nothing to fix: every size is computed at run time")
+    for line in report["collisions"]:
+        print(f"  warning: {line}")
+    external = has_external_data(args.input)
+    with Staged(args.output) as stage:
+        if report["fixed"]:
+            with timed(f"writing {'with external data ' if external else ''}to a temporary folder"):
+                save(new, stage.model_path, external=external or None)
+        else:
+            with timed("copying IN"):
+                copy_model(args.input, stage.dir, stage.model_path.name)
+        verification = verify_debake(args.input, stage.model_path, model, grid, args,
+                                     bool(report["fixed"]), report["unfixable"])
+        report.update({"command": "debake", "input": args.input, "output": args.output, "grid_source": source,
+                       "verification": verification})
+        for line in verification["lines"]:
+            print(f"  verified: {line}" if verification["ok"] else f"  check: {line}")
+        if not verification["ok"]:
+            print("verification FAILED: nothing written")
+            return 1
+        _finish(stage, args, report)
+    if report["unfixable"]:
+        print(f"{report['unfixable']} constant(s) could not be fixed: re-export them computed from grid_thw")
+        return 1
+    return 0
+
+
+def cmd_audit(args) -> int:
+    model = load(args.input)
+    grid = resolve_grid(model, args.grid, args.merge)
+    report = audit_mod.audit(model, grid)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"audit: {args.input} against export grid {grid.to_json()} (merge {grid.merge})")
+        for f in report["findings"]:
+            print(f"  remains  {f['message']}")
+        for line in report["collisions"]:
+            print(f"  warning  {line}")
+        print("clean: no grid-specific constant" if report["clean"] else
+              f"FAILED: {len(report['findings'])} grid-specific constant(s) remain")
+    return 0 if report["clean"] else 1
+
+
+# --- doctor / fix-dims / set-batch / freeze --------------------------------------------------------
+
+
+def cmd_doctor(args) -> int:
+    model = load(args.input)
+    shapes = parse_named_shapes(args.probe, model, "--probe")
+    grid = None
+    if "export_grid_thw" in model.metadata_props:
+        grid = resolve_grid(model, None, None)
+    with timed("probing"):
+        report = doctor_mod.diagnose(model, shapes, grid)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print("\n".join(doctor_mod.render(report, args.input)))
+    return 1 if report["problems"] else 0
+
+
+def cmd_fix_dims(args) -> int:
+    model = load(args.input)
+    shapes = parse_named_shapes(args.probe, model, "--probe")
+    feeds = probe_feeds(model, shapes)
+    new, report = fix_dims_mod.fix_dims(model, feeds)
+    print(f"fix-dims: {len(report['conflicts'])} conflicting symbol(s), {len(report['stale'])} stale claim(s), "
+          f"{report['value_info_dropped']} value_info entries re-inferred")
+    for where, change in report["renamed_input_dims"].items():
+        print(f"  renamed  {where}: {change}")
+    for where in report["cleared_output_dims"]:
+        print(f"  cleared  {where}")
+    with Staged(args.output) as stage:
+        save(new, stage.model_path, external=has_external_data(args.input) or None)
+        saved = load(stage.model_path)
+        wrong = fix_dims_mod.check_claims(saved, feeds)
+        ref = observe(model, feeds)[1]
+        got, error = try_run(saved, feeds)
+        ok = not wrong and got is not None
+        lines = [f"fails: {error}"] if got is None else wrong
+        if ok:
+            ok, lines = compare_outputs(got, ref)
+            lines = [f"at {_fmt_feeds(feeds)}: runs, "
+                     "claims true, same outputs as IN: " + "; ".join(lines)]
+        for line in lines:
+            print(f"  {'verified' if ok else 'check'}: {line}")
+        if not ok:
+            print("verification FAILED: nothing written")
+            return 1
+        report.update({"command": "fix-dims", "input": args.input, "output": args.output,
+                       "probe": {k: list(v.shape) for k, v in feeds.items()}, "verification": lines})
+        _finish(stage, args, report)
+    return 0
+
+
+def cmd_set_batch(args) -> int:
+    if args.batch == "dynamic":
+        batch = None
+    else:
+        try:
+            batch = int(args.batch)
+        except ValueError:
+            raise BadInput(f"--batch {args.batch!r} is neither a positive integer nor 'dynamic'") from None
+        if batch <= 0:
+            raise BadInput(f"--batch {batch}: the batch must be a positive integer (or 'dynamic')")
+    model = load(args.input)
+    shapes = parse_named_shapes(args.probe, model, "--probe")
+    new, report = set_batch_mod.set_batch(model, batch, shapes)
+    print(f"set-batch: batch {report['old_batch']} -> {report['new_batch']} (probe batch {report['probe_batch']})")
+    for line in report["reshapes"]:
+        print(f"  reshape  {line}")
+    for where, change in report["renamed_input_dims"].items():
+        print(f"  renamed  {where}: {change}")
+    chunk = report["probe_batch"]
+    sizes = [batch] if batch is not None else [chunk, 3 * chunk]
+    if batch is not None and batch % chunk:
+        raise BadInput(f"--batch {batch} is not a multiple of the old batch {chunk}; samples could not be checked")
+    with Staged(args.output) as stage:
+        save(new, stage.model_path, external=has_external_data(args.input) or None)
+        saved = load(stage.model_path)
+        ok, lines = True, []
+        for size in sizes:
+            with timed(f"verifying at batch {size}"):
+                good, more = set_batch_mod.verify(saved, model, report["probe"], size, chunk)
+            ok &= good
+            lines += more
+        for line in lines:
+            print(f"  {'verified' if ok else 'check'}: {line}")
+        if not ok:
+            print("verification FAILED: nothing written")
+            return 1
+        report.update({"command": "set-batch", "input": args.input, "output": args.output, "verification": lines})
+        _finish(stage, args, report)
+    return 0
+
+
+def cmd_freeze(args) -> int:
+    model = load(args.input)
+    shapes = parse_named_shapes(args.shape, model, "--shape")
+    feeds = probe_feeds(model, shapes)
+    new, report = freeze_mod.freeze(model, shapes, feeds)
+    print("freeze: " + ", ".join(f"{k} {v}" for k, v in report["inputs"].items()) +
+          f"; shape ops {report['shape_ops']['before']} -> {report['shape_ops']['after']}, "
+          f"nodes {report['nodes']['before']} -> {report['nodes']['after']}")
+    if report["filled_from_probe"]:
+        print(f"  {len(report['filled_from_probe'])} shape(s) inference could not derive, declared from the run")
+    with Staged(args.output) as stage:
+        save(new, stage.model_path, external=has_external_data(args.input) or None)
+        ok, lines = freeze_mod.verify(load(stage.model_path), model, feeds)
+        for line in lines:
+            print(f"  {'verified' if ok else 'check'}: {line}")
+        if not ok:
+            print("verification FAILED: nothing written")
+            return 1
+        report.update({"command": "freeze", "input": args.input, "output": args.output, "verification": lines})
+        _finish(stage, args, report)
+    return 0
+
+
+COMMANDS = {
+    "debake": cmd_debake, "audit": cmd_audit, "doctor": cmd_doctor,
+    "set-batch": cmd_set_batch, "freeze": cmd_freeze, "fix-dims": cmd_fix_dims,
+}

@@ -1,0 +1,84 @@
+"""`python -m quantize optimize` and `int4` end to end on the tiny encoder, and bad input."""
+
+import json
+
+import onnx_ir as ir
+import pytest
+
+from quantize import __main__ as cli
+from tests import test_quantize_support as support
+from tests.conftest import single_error
+
+
+@pytest.fixture(scope="module")
+def optimized(tiny_exports, tmp_path_factory):
+    """{exporter: optimized stage folder}."""
+    out = {}
+    for exporter, folder in tiny_exports.items():
+        out[exporter] = tmp_path_factory.mktemp("optimized") / exporter
+        assert cli.main(["optimize", str(folder), str(out[exporter]), "--threads", "1"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def int4_folder(optimized, tmp_path_factory):
+    out = tmp_path_factory.mktemp("int4") / "int4"
+    assert cli.main(["int4", str(optimized["torchscript"]), str(out), "--block-size", "32", "--threads", "1"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_optimized_model_is_fused_and_exact(optimized, exporter):
+    model = ir.load(str(optimized[exporter] / "model.onnx"))
+    report = json.loads((optimized[exporter] / "report.json").read_text())
+    assert len(support.ops(model, "MultiHeadAttention")) == support.DEPTH
+    assert len(support.ops(model, "RotaryEmbedding")) == 2 * support.DEPTH
+    assert len(support.ops(model, "SkipLayerNormalization")) >= 2 * support.DEPTH
+    assert not support.ops(model, "Gemm") and not support.ops(model, "Softmax")
+    cases = report["validation"]["cases"]
+    assert report["validation"]["passed"] and len(cases) >= 10
+    assert {"video t=2 256x256", "pack image + video t=2 + image"} <= {c["case"] for c in cases}
+    worst = max(o["max_abs"] for c in cases for o in c["outputs"].values())
+    assert worst <= support.TOLERANCE
+
+
+def test_int4_quantizes_every_linear_layer(int4_folder):
+    model = ir.load(str(int4_folder / "model.onnx"))
+    report = json.loads((int4_folder / "report.json").read_text())
+    assert len(support.ops(model, "MatMulNBits")) == 4 * support.DEPTH + 2 * 3
+    assert [n["op"] for n in report["fp32_weight_nodes"]] == ["Conv"]  # only the patch embedding
+    outputs = report["validation"]["cases"][0]["outputs"]
+    assert set(outputs) == {"image_embeds", "deepstack_embeds_0", "deepstack_embeds_1"}
+    assert all(0.9 < o["cosine"] <= 1 + 1e-9 for c in report["validation"]["cases"] for o in c["outputs"].values())
+    assert report["size_ratio"] < 1
+
+
+def test_int4_exclude_keeps_matches_fp32(optimized, tmp_path):
+    out = tmp_path / "int4"
+    assert cli.main(["int4", str(optimized["torchscript"]), str(out), "--exclude", r"merger", "--threads", "1"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    kept = [n["weight"] for n in report["fp32_weight_nodes"] if n["reason"] == "excluded"]
+    assert len(kept) == 6 and all("merger" in w for w in kept)
+
+
+def test_int4_of_a_model_without_matmul_is_refused(tiny_exports, tmp_path, capsys):
+    # the export has only Gemm nodes: the quantizer would silently do nothing
+    out = tmp_path / "int4"
+    assert cli.main(["int4", str(tiny_exports["torchscript"]), str(out)]) == 2
+    line = single_error(capsys.readouterr().err)
+    assert "no MatMul" in line and "quantize optimize" in line
+    assert not out.exists() and not list(tmp_path.glob(".int4*"))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["int4", "IN", "OUT", "--block-size", "48"], "--block-size"),
+    (["int4", "IN", "OUT", "--accuracy-level", "9"], "--accuracy-level"),
+    (["optimize", "IN", "OUT", "--skip", "everything"], "--skip"),
+    (["optimize", "IN", "OUT", "--fast"], "--fast"),
+    (["optimize", "missing/model.onnx", "OUT"], "not found"),
+])
+def test_bad_input_is_one_line_and_exit_2(tiny_exports, tmp_path, capsys, args, words):
+    args = [str(tiny_exports["torchscript"]) if a == "IN" else str(tmp_path / "out") if a == "OUT" else a for a in args]
+    assert cli.main(args) == 2
+    assert words in single_error(capsys.readouterr().err)
+    assert not (tmp_path / "out").exists()
