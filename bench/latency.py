@@ -15,6 +15,7 @@ lacks. Writes bench/results/latency-NAME.json, latency.md (or latency-NAME.md) a
 import argparse
 import gc
 import json
+import logging
 import os
 import platform
 import time
@@ -157,6 +158,7 @@ def load_average() -> list[float]:
 # ---------------------------------------------------------------- main
 def main(argv=None) -> int:
     args = parse_args(argv)
+    logging.disable(logging.INFO)  # onnxscript / ORT log every rewrite at INFO when stages are built
     threads = [int(t) for t in args.threads.split(",")]
     config = load_config(args.model)
     models = ensure_stages(args.model, args.build, args.sweep.split(","))

@@ -1,10 +1,12 @@
 """Shape surgery for ONNX models (torch-free): de-bake export-grid constants, audit, doctor,
 set-batch, freeze and fix-dims. Each pass is a function model -> (model, report) in its own module:
 
+- `surgery.grid_constants`: find constants baked from the export grid (the classification rules)
 - `surgery.debake`: grid-baked shape constants -> subgraphs of grid_thw / Shape(pixel_values)
 - `surgery.audit`: prove none remain
 - `surgery.doctor`: dim_param conflicts, stale shapes, static-in-disguise symbols, data-dependent sizes
 - `surgery.fix_dims`, `surgery.set_batch`, `surgery.freeze`: the repairs, each verified by running
 
-Command line: `python -m surgery --help` (see `surgery.cli`); demo models: `surgery.examples`.
+Command line: `python -m surgery --help` (see `surgery.cli`, docs/surgery.md); demo models:
+`surgery.examples`. Helpers: `grid` (quantities, Emitter), `probe`, `dataflow`, `run`, `modelio`.
 """

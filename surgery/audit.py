@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from surgery.debake import collisions, find
 from surgery.grid import Grid
+from surgery.grid_constants import collisions, find
 
 
 def audit(model: ir.Model, grid: Grid) -> dict:

@@ -15,31 +15,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import onnx_ir as ir
-
 from surgery import audit as audit_mod
 from surgery import debake as debake_mod
 from surgery import doctor as doctor_mod
 from surgery import fix_dims as fix_dims_mod
 from surgery import freeze as freeze_mod
 from surgery import set_batch as set_batch_mod
-from surgery.fix_dims import FixFailed
-from surgery.grid import Grid, grid_feeds, resolve_grid
-from surgery.modelio import BadInput, Staged, copy_model, has_external_data, load, save, write_json
-from surgery.probe import observe, probe_feeds
-from surgery.run import (
-    ORT_ERRORS,
-    compare_outputs,
-    input_specs,
-    log,
-    one_line,
-    open_session,
-    parse_named_shapes,
-    random_array,
-    timed,
-    try_run,
-)
+from surgery.grid import resolve_grid
+from surgery.modelio import BadInput, FixFailed, Staged, copy_model, has_external_data, load, save, write_json
+from surgery.probe import declared, probe_feeds
+from surgery.run import fmt_dims, log, parse_named_shapes, timed
 
 
 def _grid_options(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +41,9 @@ def _out_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m surgery", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m surgery", description="Shape surgery for ONNX models, every fix verified by running it.",
+        epilog="exit status: 0 done/clean, 1 problems found or not verified, 2 bad input. See docs/surgery.md.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("debake", help="replace grid-baked shape constants by subgraphs of grid_thw")
     p.add_argument("input", metavar="IN")
@@ -102,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _fmt_feeds(feeds: dict[str, np.ndarray]) -> str:
-    return " ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
+def _io_line(model) -> str:
+    """'images [batch,3,64,64]; score_2 [batch,4,1024]': what the model now declares for its inputs and outputs."""
+    decl = declared(model)
+    return "; ".join(f"{d.name} {fmt_dims(d.dims or ())}" for d in decl.values() if d.role != "value_info")
 
 
 def _finish(stage: Staged, args, report: dict) -> None:
@@ -120,89 +109,11 @@ def _finish(stage: Staged, args, report: dict) -> None:
 # --- debake / audit ----------------------------------------------------------------------------
 
 
-def _grid_inputs(model: ir.Model, args) -> int:
-    """Channels of the patch input; BadInput when the inputs are not the expected ones."""
-    specs = {name: dims for name, _, dims in input_specs(model)}
-    for name, option in ((args.patches_input, "--patches-input"), (args.grid_input, "--grid-input")):
-        if name not in specs:
-            raise BadInput(f"the model has no input '{name}' (inputs: {', '.join(specs)}); name it with {option}")
-    dims = specs[args.patches_input]
-    if len(dims) != 2 or not isinstance(dims[1], int):
-        raise BadInput(f"input '{args.patches_input}' must be [num_patches, C] with a static C, not {dims}")
-    return dims[1]
-
-
-def _feeds(model: ir.Model, grid: Grid, channels: int, args) -> dict[str, np.ndarray]:
-    feeds = grid_feeds(grid, channels, args.patches_input, args.grid_input)
-    rng = np.random.default_rng(0)
-    for name, elem_type, dims in input_specs(model):
-        if name not in feeds:
-            if not all(isinstance(d, int) for d in dims):
-                raise BadInput(f"extra input '{name}' {dims} has non-static dims; debake can only run models whose "
-                               "other inputs are static")
-            feeds[name] = random_array(elem_type, tuple(dims), rng)
-    return feeds
-
-
-def verify_debake(src: str, out: Path, model: ir.Model, grid: Grid, args, changed: bool, unfixable: int) -> dict:
-    """Run OUT at the export grid (against IN when changed) and at another grid (sizes must follow)."""
-    try:
-        return _verify_debake(src, out, model, grid, args, changed, unfixable)
-    except ORT_ERRORS as exc:
-        return {"ok": False, "lines": [f"ONNX Runtime fails: {one_line(exc)}"]}
-
-
-def _verify_debake(src: str, out: Path, model: ir.Model, grid: Grid, args, changed: bool, unfixable: int) -> dict:
-    channels = _grid_inputs(model, args)
-    other = grid.other()
-    result = {"ok": True, "lines": []}
-    arch = debake_mod.architecture_values(model.graph)
-    log(f"loading {out.name} in ONNX Runtime")
-    with open_session(out) as session:
-        names = [o.name for o in session.get_outputs()]
-        feeds = _feeds(model, grid, channels, args)
-        with timed(f"running OUT at the export grid {grid.to_json()}"):
-            got = dict(zip(names, session.run(names, feeds)))
-        if changed:
-            with timed(f"running IN at the export grid {grid.to_json()}"), open_session(src) as original:
-                ref = dict(zip(names, original.run(names, feeds)))
-            ok, lines = compare_outputs(got, ref)
-            result["ok"] &= ok
-            result["lines"].append(f"export grid {grid.to_json()} vs IN: " + "; ".join(lines))
-        else:
-            result["lines"].append(f"export grid {grid.to_json()}: runs, outputs "
-                                   + ", ".join(f"{k} {list(v.shape)}" for k, v in got.items()))
-        feeds_other = _feeds(model, other, channels, args)
-        try:
-            with timed(f"running OUT at another grid {other.to_json()}"):
-                got_other = dict(zip(names, session.run(names, feeds_other)))
-        except ORT_ERRORS as exc:
-            if unfixable:
-                result["lines"].append(f"grid {other.to_json()}: fails, as expected with {unfixable} unfixable "
-                                       f"constant(s): {one_line(exc)}")
-            else:
-                result["ok"] = False
-                result["lines"].append(f"grid {other.to_json()}: FAILS: {one_line(exc)}; the model has grid "
-                                       "sizes the rules did not recognise")
-            return result
-    wrong = []
-    for name, value in got_other.items():
-        want = debake_mod.expected_dims(list(got[name].shape), grid, other, arch)
-        if list(value.shape) != want or not np.all(np.isfinite(value)):
-            wrong.append(f"{name} {list(value.shape)} (expected {want})")
-    if wrong and not unfixable:
-        result["ok"] = False
-    result["lines"].append(f"grid {other.to_json()}: runs, " + (
-        f"sizes do NOT follow the grid: {', '.join(wrong)}" if wrong else
-        "output sizes follow the grid: " + ", ".join(f"{k} {list(v.shape)}" for k, v in got_other.items())))
-    return result
-
-
 def cmd_debake(args) -> int:
     with timed(f"loading {args.input}"):
         model = load(args.input)
     grid = resolve_grid(model, args.grid, args.merge)
-    _grid_inputs(model, args)
+    debake_mod.grid_inputs(model, args.patches_input, args.grid_input)
     source = "--grid" if args.grid else "metadata"
     with timed("looking for grid constants"):
         new, report = debake_mod.debake(model, grid, args.patches_input, args.grid_input)
@@ -228,12 +139,12 @@ def cmd_debake(args) -> int:
         else:
             with timed("copying IN"):
                 copy_model(args.input, stage.dir, stage.model_path.name)
-        verification = verify_debake(args.input, stage.model_path, model, grid, args,
-                                     bool(report["fixed"]), report["unfixable"])
+        verification = debake_mod.verify(args.input, stage.model_path, model, grid, bool(report["fixed"]),
+                                         report["unfixable"], args.patches_input, args.grid_input)
         report.update({"command": "debake", "input": args.input, "output": args.output, "grid_source": source,
                        "verification": verification})
         for line in verification["lines"]:
-            print(f"  verified: {line}" if verification["ok"] else f"  check: {line}")
+            print(f"  {line}")
         if not verification["ok"]:
             print("verification FAILED: nothing written")
             return 1
@@ -270,8 +181,7 @@ def cmd_doctor(args) -> int:
     grid = None
     if "export_grid_thw" in model.metadata_props:
         grid = resolve_grid(model, None, None)
-    with timed("probing"):
-        report = doctor_mod.diagnose(model, shapes, grid)
+    report = doctor_mod.diagnose(model, shapes, grid)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -285,23 +195,15 @@ def cmd_fix_dims(args) -> int:
     feeds = probe_feeds(model, shapes)
     new, report = fix_dims_mod.fix_dims(model, feeds)
     print(f"fix-dims: {len(report['conflicts'])} conflicting symbol(s), {len(report['stale'])} stale claim(s), "
-          f"{report['value_info_dropped']} value_info entries re-inferred")
+          f"{report['value_info_dropped']} value_info entries dropped and re-inferred")
     for where, change in report["renamed_input_dims"].items():
         print(f"  renamed  {where}: {change}")
     for where in report["cleared_output_dims"]:
         print(f"  cleared  {where}")
+    print(f"  now declares: {_io_line(new)}")
     with Staged(args.output) as stage:
         save(new, stage.model_path, external=has_external_data(args.input) or None)
-        saved = load(stage.model_path)
-        wrong = fix_dims_mod.check_claims(saved, feeds)
-        ref = observe(model, feeds)[1]
-        got, error = try_run(saved, feeds)
-        ok = not wrong and got is not None
-        lines = [f"fails: {error}"] if got is None else wrong
-        if ok:
-            ok, lines = compare_outputs(got, ref)
-            lines = [f"at {_fmt_feeds(feeds)}: runs, "
-                     "claims true, same outputs as IN: " + "; ".join(lines)]
+        ok, lines = fix_dims_mod.verify(load(stage.model_path), model, feeds)
         for line in lines:
             print(f"  {'verified' if ok else 'check'}: {line}")
         if not ok:
@@ -325,16 +227,18 @@ def cmd_set_batch(args) -> int:
             raise BadInput(f"--batch {batch}: the batch must be a positive integer (or 'dynamic')")
     model = load(args.input)
     shapes = parse_named_shapes(args.probe, model, "--probe")
+    chunk = set_batch_mod.old_batch(model) or 1
+    if batch is not None and batch % chunk:
+        raise BadInput(f"--batch {batch} is not a multiple of the old batch {chunk}, so samples cannot be checked "
+                       "against the original; pick a multiple")
     new, report = set_batch_mod.set_batch(model, batch, shapes)
     print(f"set-batch: batch {report['old_batch']} -> {report['new_batch']} (probe batch {report['probe_batch']})")
     for line in report["reshapes"]:
         print(f"  reshape  {line}")
     for where, change in report["renamed_input_dims"].items():
         print(f"  renamed  {where}: {change}")
-    chunk = report["probe_batch"]
+    print(f"  now declares: {_io_line(new)}")
     sizes = [batch] if batch is not None else [chunk, 3 * chunk]
-    if batch is not None and batch % chunk:
-        raise BadInput(f"--batch {batch} is not a multiple of the old batch {chunk}; samples could not be checked")
     with Staged(args.output) as stage:
         save(new, stage.model_path, external=has_external_data(args.input) or None)
         saved = load(stage.model_path)

@@ -17,8 +17,8 @@ import numpy as np
 import onnx_ir as ir
 
 from surgery import dataflow
-from surgery.debake import find
 from surgery.grid import Grid
+from surgery.grid_constants import find
 from surgery.probe import (
     GENERATED_SYMBOL,
     conflicts,
@@ -28,7 +28,7 @@ from surgery.probe import (
     probe_feeds,
     stale,
 )
-from surgery.run import random_array, try_run
+from surgery.run import random_array, timed, try_run
 
 #: At most this many input symbols get their own extra probe run.
 MAX_SYMBOL_PROBES = 8
@@ -53,11 +53,13 @@ def diagnose(model: ir.Model, probe_shapes: dict[str, tuple[int, ...]], grid: Gr
     feeds = probe_feeds(model, probe_shapes, grid)
     problems: list[dict] = []
     notes: list[dict] = []
-    _, error = try_run(model, feeds)
+    with timed("running the model as written"):
+        _, error = try_run(model, feeds)
     if error:
         problems.append({"kind": "fails-in-ort", "message": f"fails in ONNX Runtime at {_shapes(feeds)}: {error}"})
     decl = declared(model)
-    real, _, neutral_error = observe(model, feeds)
+    with timed(f"running it without shape claims, {len(decl)} declared tensors as outputs"):
+        real, _, neutral_error = observe(model, feeds)
     conflicting: set[str] = set()
     if real is None:
         problems.append({"kind": "fails-without-shape-claims", "message":
@@ -130,7 +132,8 @@ def _symbol_checks(model, feeds, decl, conflicting, grid, notes) -> list[dict]:
                     shape[a] = other
             spec = next(v for v in model.graph.inputs if v.name == name)
             alt[name] = random_array(int(spec.dtype.value), tuple(shape), rng)
-        real, _, error = observe(model, alt)
+        with timed(f"running at {symbol}={other}"):
+            real, _, error = observe(model, alt)
         places = ", ".join(f"{n} axis {a}" for n, a in where)
         freeze_hint = " ".join(f"--shape {k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
         if real is None:
@@ -160,7 +163,8 @@ def _grid_checks(model: ir.Model, grid: Grid) -> list[dict]:
                          ("; fix: python -m surgery debake IN OUT" if finding.fixable else "")})
     other = grid.other()
     feeds = probe_feeds(model, {}, other)
-    _, error = try_run(model, feeds)
+    with timed(f"running at another grid {other.to_json()}"):
+        _, error = try_run(model, feeds)
     if error:
         problems.append({"kind": "fails-at-other-grid", "message":
                          f"runs at the export grid {grid.to_json()} but fails at {other.to_json()}: {error}"})

@@ -18,13 +18,11 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
+from surgery.modelio import FixFailed
 from surgery.probe import conflicts, declared, observe, stale
+from surgery.run import compare_outputs, try_run
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class FixFailed(Exception):
-    """The model could not be repaired or its repair did not verify (exit status 1)."""
 
 
 def infer(model: ir.Model) -> None:
@@ -144,3 +142,17 @@ def check_claims(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[str]:
     lines = [f"symbol '{c['symbol']}' still conflicts" for c in conflicts(decl, real)]
     lines += [f"'{s['tensor']}' declares {s['declared']}, really {s['real']}" for s in stale(decl, real)]
     return lines
+
+
+def verify(fixed: ir.Model, original: ir.Model, feeds: dict[str, np.ndarray]) -> tuple[bool, list[str]]:
+    """`fixed` runs as written at `feeds`, its claims are true there, its outputs equal the original's
+    (run without shape claims, since the original may not run as written)."""
+    where = " ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
+    got, error = try_run(fixed, feeds)
+    if got is None:
+        return False, [f"at {where}: fails: {error}"]
+    wrong = check_claims(fixed, feeds)
+    if wrong:
+        return False, [f"at {where}: claims still wrong: {'; '.join(wrong)}"]
+    ok, lines = compare_outputs(got, observe(original, feeds)[1])
+    return ok, [f"at {where}: runs, claims true, same outputs as IN: " + "; ".join(lines)]

@@ -17,8 +17,8 @@ import onnx_ir as ir
 import onnxscript.optimizer
 
 from surgery import dataflow
-from surgery.fix_dims import FixFailed, check_claims, drop_shape_claims, infer
-from surgery.modelio import BadInput
+from surgery.fix_dims import check_claims, drop_shape_claims, infer
+from surgery.modelio import BadInput, FixFailed
 from surgery.probe import neutral, observe
 from surgery.run import compare_outputs, fmt_dims, try_run
 
@@ -30,12 +30,13 @@ def _static(shape: ir.Shape | None) -> bool:
 
 
 def non_static(model: ir.Model) -> list[str]:
-    """Every value of the main graph without a fully static declared shape: 'name [dims]'."""
+    """Every value of the main graph without a fully static declared shape, as 'name [dims]'."""
     out = []
-    values = list(model.graph.inputs) + [v for n in model.graph for v in n.outputs]
-    for value in values:
-        if not _static(value.shape):
-            out.append(f"{value.name} {fmt_dims([d if isinstance(d, int) or d is None else d.value for d in value.shape]) if value.shape is not None else '(no shape)'}")
+    for value in list(model.graph.inputs) + [v for n in model.graph for v in n.outputs]:
+        if value.shape is None:
+            out.append(f"{value.name} (no shape)")
+        elif not _static(value.shape):
+            out.append(f"{value.name} {fmt_dims([d if isinstance(d, int) else d.value for d in value.shape])}")
     return out
 
 

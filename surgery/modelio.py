@@ -29,6 +29,10 @@ class BadInput(Exception):
     """Input the user must fix (bad file, bad option). One line; the CLI exits with status 2."""
 
 
+class FixFailed(Exception):
+    """A model that cannot be repaired as asked (e.g. data-dependent sizes to freeze): exit status 1."""
+
+
 def read_proto(path: str | os.PathLike) -> onnx.ModelProto:
     """Parse the graph of `path` without loading external weights; check that those weights exist.
 
@@ -41,9 +45,10 @@ def read_proto(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError) as exc:
-        raise BadInput(f"{path} is not an ONNX model (protobuf parse failed: {exc}); give a .onnx file") from exc
+        raise BadInput(f"{path} is not an ONNX model (it does not parse as ONNX protobuf); give the path of a .onnx "
+                       "file") from exc
     if not proto.HasField("graph") or proto.ir_version <= 0 or not (proto.graph.node or proto.graph.output):
-        raise BadInput(f"{path} is not an ONNX model (no graph or IR version); give a .onnx file")
+        raise BadInput(f"{path} is not an ONNX model (no graph or IR version); give the path of a .onnx file")
     _check_external_data(proto, path)
     return proto
 
@@ -61,6 +66,16 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
                 f"{path}: weight '{tensor.name}' is stored in external file '{location}', which is missing "
                 f"from {base}/; copy the .data file that came with the model next to it "
                 "(models over 2 GB keep their weights outside the .onnx)"
+            )
+        if not file.resolve().is_relative_to(base.resolve()):
+            raise BadInput(
+                f"{path}: external file '{location}' resolves (through a link) to {file.resolve()}, outside "
+                f"{base}/; copy the file there instead of linking it"
+            )
+        if file.stat().st_nlink > 1:
+            raise BadInput(
+                f"{path}: external file '{location}' has {file.stat().st_nlink} hard links, which onnx-ir refuses "
+                "to read (a guard against link attacks); give the model its own copy of the file"
             )
         end = int(info.get("offset", 0)) + int(info.get("length", 0))
         if file.stat().st_size < end:
@@ -132,8 +147,11 @@ class Staged:
         self.out = Path(out)
         if self.out.is_dir():
             raise BadInput(f"{self.out} is a folder; give the output model's file name, e.g. {self.out}/model.onnx")
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.dir = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        except OSError as exc:
+            raise BadInput(f"cannot write to {self.out.parent}/ ({exc.strerror}); choose another OUT") from exc
         self.model_path = self.dir / self.out.name
         self._committed = False
 

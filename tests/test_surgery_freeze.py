@@ -6,8 +6,8 @@ import pytest
 
 from surgery import examples as ex
 from surgery.cli import main
-from surgery.fix_dims import FixFailed
 from surgery.freeze import freeze, non_static, verify
+from surgery.modelio import FixFailed
 from surgery.probe import probe_feeds
 
 
