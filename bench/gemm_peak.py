@@ -1,5 +1,6 @@
 """The machine's measured fp32 GEMM peak: one large MatMul in ONNX Runtime (MLAS, the kernel the
-encoder's MatMuls run on) and in numpy, median of interleaved repetitions."""
+encoder's MatMuls run on), median of repetitions. `python -m bench.gemm_peak` also measures torch's
+(MKL / oneDNN) for comparison: torch eager rows of the benchmark run on that kernel."""
 
 import time
 
@@ -22,7 +23,7 @@ def matmul_session(threads: int) -> ort.InferenceSession:
 
 
 def measure(threads: list[int], size: int = 2048, reps: int = 5, seed: int = 0) -> dict:
-    """{threads: {'ort_gflops': median, 'numpy_gflops': median (1 thread numpy = BLAS threads unset)}}."""
+    """{threads: {size, seconds (median), gflops (median), best_gflops}} for ORT's MatMul."""
     rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
     flops = 2.0 * size**3
@@ -39,3 +40,28 @@ def measure(threads: list[int], size: int = 2048, reps: int = 5, seed: int = 0) 
                      "gflops": flops / float(np.median(times)) / 1e9,
                      "best_gflops": flops / min(times) / 1e9}
     return result
+
+
+def measure_torch(threads: list[int], size: int = 2048, reps: int = 5) -> dict:
+    """The same product with torch.matmul (imported here: only this command needs torch)."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    result = {}
+    for t in threads:
+        torch.set_num_threads(t)
+        torch.matmul(a, b)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            torch.matmul(a, b)
+            times.append(time.perf_counter() - start)
+        result[t] = {"size": size, "seconds": float(np.median(times)),
+                     "gflops": 2.0 * size**3 / float(np.median(times)) / 1e9}
+    return result
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps({"onnxruntime": measure([1, 2]), "torch": measure_torch([1, 2])}, indent=1))

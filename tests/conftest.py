@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from builders import vision
-
 
 def export_tiny(out, *extra) -> dict:
     """Export the tiny config into `out`; return its report (the export itself asserts exit 0)."""
+    from builders import vision  # imported here: torch-free test files must not need torch
+
     code = vision.main(["--model", "qwen3-vl-tiny", "--out", str(out), *extra])
     assert code == 0, f"export {extra} exited {code}"
     return json.loads((out / "report.json").read_text())
