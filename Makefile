@@ -20,10 +20,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[export,dev]'
 	touch $(STAMP)
 
+# export -> surgery (debake + audit) -> optimize -> int4, each stage into build/MODEL/<stage>/.
 export: $(STAMP)
 	$(PY) -m builders.vision --model $(MODEL) \
 		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo) \
 		--out $(BUILD)/export
+	$(PY) -m surgery debake $(BUILD)/export/model.onnx $(BUILD)/surgery/model.onnx
+	$(PY) -m surgery audit $(BUILD)/surgery/model.onnx
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
