@@ -7,6 +7,6 @@ set-batch, freeze and fix-dims. Each pass is a function model -> (model, report)
 - `surgery.doctor`: dim_param conflicts, stale shapes, static-in-disguise symbols, data-dependent sizes
 - `surgery.fix_dims`, `surgery.set_batch`, `surgery.freeze`: the repairs, each verified by running
 
-Command line: `python -m surgery --help` (see `surgery.cli`, docs/surgery.md); demo models:
+Command line: `python -m surgery --help` (see `surgery.cli` and the README section "Shape surgery"); demo models:
 `surgery.examples`. Helpers: `grid` (quantities, Emitter), `probe`, `dataflow`, `run`, `modelio`.
 """

@@ -1,4 +1,4 @@
-"""Small demo models that show each problem `surgery` fixes; used by the tests and docs/surgery.md.
+"""Small demo models that show each problem `surgery` fixes; used by the tests and the README.
 
     python -m surgery.examples DIR     # writes every demo model to DIR/*.onnx
 
