@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BUILD := build/$(MODEL)
 
-.PHONY: install export test lint bench clean
+.PHONY: install export test lint bench bench-export clean
 
 install: $(STAMP)
 
@@ -27,6 +27,8 @@ export: $(STAMP)
 		--out $(BUILD)/export
 	$(PY) -m surgery debake $(BUILD)/export/model.onnx $(BUILD)/surgery/model.onnx
 	$(PY) -m surgery audit $(BUILD)/surgery/model.onnx
+	$(PY) -m quantize optimize $(BUILD)/surgery $(BUILD)/optimized
+	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
@@ -34,7 +36,13 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# Latency/size benchmark of every stage against torch (needs `make export MODEL=...` first).
 bench: $(STAMP)
+	test -f $(BUILD)/export/model.onnx || $(MAKE) export MODEL=$(MODEL)
+	$(PY) -m bench.latency --model $(MODEL)
+
+# Export wall time and peak memory of both export paths.
+bench-export: $(STAMP)
 	$(PY) -m bench.export_bench --model $(MODEL)
 
 clean:

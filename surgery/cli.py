@@ -43,7 +43,7 @@ def _out_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m surgery", description="Shape surgery for ONNX models, every fix verified by running it.",
-        epilog="exit status: 0 done/clean, 1 problems found or not verified, 2 bad input. See the README, section "Shape surgery".")
+        epilog="exit status: 0 done/clean, 1 problems found or not verified, 2 bad input. See the README, section 'Shape surgery'.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("debake", help="replace grid-baked shape constants by subgraphs of grid_thw")
     p.add_argument("input", metavar="IN")
