@@ -7,8 +7,6 @@ guarded dimension fails loudly here instead of silently inside the ONNX exporter
 
 import contextlib
 import io
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,22 +109,3 @@ def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
         return [path, data]
     onnx.save_model(model, str(path))
     return [path]
-
-
-@contextlib.contextmanager
-def staged_dir(out: Path):
-    """Yield a temp folder beside `out`; on success it replaces `out`, on error it is removed."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
-    for file in tmp.iterdir():
-        file.chmod(0o644)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)

@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from builders.progress import say
+from runtime.progress import say
 
 
 def compare(output: np.ndarray, reference: np.ndarray, tolerance: float) -> dict:

@@ -21,10 +21,11 @@ import transformers
 
 from builders import onnx_export, validate
 from builders.config import load_config
-from builders.progress import say, step
 from builders.qwen3_vl import family as qwen3_vl
 from runtime import contract, session
 from runtime.errors import UsageError
+from runtime.files import staged_dir
+from runtime.progress import say, step
 
 FAMILIES = {"qwen3-vl": qwen3_vl}
 EXPORTERS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
@@ -83,7 +84,7 @@ def export(args: argparse.Namespace) -> int:
     })
 
     out = Path(args.out)
-    with onnx_export.staged_dir(out) as tmp:
+    with staged_dir(out) as tmp:
         with step("save", timings, "save"):
             files = onnx_export.save_model(model, tmp / "model.onnx")
             del model

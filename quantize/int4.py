@@ -17,6 +17,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 from quantize import model_io, parity, stage
 from quantize.progress import say, step
 from runtime.errors import UsageError
+from runtime.files import staged_dir
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
@@ -91,7 +92,7 @@ def run(path: str | Path, out: Path, block_size: int, symmetric: bool, accuracy_
     fp32 = [{"node": n.name, "op": n.op_type, "weight": w, "shape": list(n.inputs[1].const_value.shape),
              "reason": "excluded" if n.name in skipped else "not a MatMul" if n.op_type != "MatMul"
              else "left by the quantizer"} for n, w in weight_nodes(model)]
-    with model_io.staged_dir(out) as tmp:
+    with staged_dir(out) as tmp:
         with step("save", timings):
             files = model_io.save(model, tmp / "model.onnx")
         with step("compare with fp32 at the validation layouts", timings):

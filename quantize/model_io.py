@@ -5,10 +5,7 @@ A stage folder holds `model.onnx` (+ `model.onnx.data` when the weights exceed 5
 run never leaves a half-written artifact.
 """
 
-import contextlib
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import onnx
@@ -77,21 +74,3 @@ def read_report(model_file: Path) -> dict:
 
 def write_report(folder: Path, report: dict) -> None:
     (folder / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-
-
-@contextlib.contextmanager
-def staged_dir(out: Path):
-    """Yield a temp folder beside `out`; on success it replaces `out`, on error it is removed."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"output {out} exists and is not a folder (OUT is a stage folder)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)

@@ -26,6 +26,7 @@ from quantize.passes import (
     static_dims,
 )
 from quantize.progress import say, step
+from runtime.files import staged_dir
 
 
 def _ort(model: ir.Model) -> tuple[ir.Model, dict]:
@@ -87,7 +88,7 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: b
     model, records = optimize(source, skip, threads, check_each)
     stage.name_nodes(model)
     model.producer_name, model.producer_version = "vlm-vision-onnx.quantize", "optimize"
-    with model_io.staged_dir(out) as tmp:
+    with staged_dir(out) as tmp:
         with step("save", timings):
             files = model_io.save(model, tmp / "model.onnx")
         with step("validate the saved model", timings):

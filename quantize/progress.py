@@ -1,20 +1,8 @@
-"""Progress lines with timings for the long steps of a stage, printed to stderr."""
+"""Progress lines of the optimize and int4 stages: runtime.progress with the `[quantize]` tag."""
 
-import contextlib
-import sys
-import time
+from functools import partial
 
+from runtime import progress
 
-def say(message: str) -> None:
-    """Print one progress line."""
-    print(f"[quantize] {message}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def step(name: str, timings: dict[str, float]):
-    """Announce `name`, run the body, print its wall time and record it in `timings` (seconds)."""
-    say(f"{name} ...")
-    start = time.perf_counter()
-    yield
-    timings[name] = round(time.perf_counter() - start, 3)
-    say(f"{name}: done in {timings[name]:.1f} s")
+say = partial(progress.say, tag="quantize")
+step = partial(progress.step, tag="quantize")
