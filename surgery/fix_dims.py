@@ -19,7 +19,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
 from surgery.modelio import FixFailed
-from surgery.probe import conflicts, declared, observe, stale
+from surgery.probe import conflicts, declared, drop_shape_claims, observe, stale
 from surgery.run import compare_outputs, try_run
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -34,23 +34,6 @@ def infer(model: ir.Model) -> None:
         ShapeInferencePass(strict_mode=False, data_prop=True)(model)
     finally:
         logger.setLevel(level)
-
-
-def drop_shape_claims(model: ir.Model, keep_outputs: dict[str, list] | None = None) -> None:
-    """Drop value_info (shapes and types of intermediates) and output shapes, in place.
-
-    `keep_outputs` maps an output name to dims to keep (None entries become unknown dims).
-    """
-    graph = model.graph
-    outputs = {v.name for v in graph.outputs}
-    for node in graph:
-        for value in node.outputs:
-            if value.name not in outputs:
-                value.shape = None
-                value.type = None
-    for value in graph.outputs:
-        dims = (keep_outputs or {}).get(value.name)
-        value.shape = ir.Shape(dims) if dims is not None else None
 
 
 def _new_symbol(symbol: str, axis: int, index: int, groups: int, taken: set[str]) -> str:

@@ -17,9 +17,9 @@ import onnx_ir as ir
 import onnxscript.optimizer
 
 from surgery import dataflow
-from surgery.fix_dims import check_claims, drop_shape_claims, infer
+from surgery.fix_dims import check_claims, infer
 from surgery.modelio import BadInput, FixFailed
-from surgery.probe import neutral, observe
+from surgery.probe import drop_shape_claims, neutral, observe
 from surgery.run import compare_outputs, fmt_dims, try_run
 
 SHAPE_OPS = ("Shape", "Size")

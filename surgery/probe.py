@@ -54,6 +54,23 @@ def declared(model: ir.Model) -> dict[str, Declared]:
     return out
 
 
+def drop_shape_claims(model: ir.Model, keep_outputs: dict[str, list] | None = None) -> None:
+    """Drop value_info (shapes and types of intermediates) and output shapes, in place.
+
+    `keep_outputs` maps an output name to dims to keep (None entries become unknown dims).
+    """
+    graph = model.graph
+    outputs = {v.name for v in graph.outputs}
+    for node in graph:
+        for value in node.outputs:
+            if value.name not in outputs:
+                value.shape = None
+                value.type = None
+    for value in graph.outputs:
+        dims = (keep_outputs or {}).get(value.name)
+        value.shape = ir.Shape(dims) if dims is not None else None
+
+
 def neutral(model: ir.Model, extra_outputs: list[str] = ()) -> ir.Model:
     """A copy that computes the same thing and claims nothing that ORT could plan with.
 
@@ -67,14 +84,8 @@ def neutral(model: ir.Model, extra_outputs: list[str] = ()) -> ir.Model:
             value.shape = ir.Shape([
                 d if isinstance(d, int) else f"probe_{value.name}_{axis}" for axis, d in enumerate(value.shape)
             ])
+    drop_shape_claims(copy)
     outputs = {v.name for v in graph.outputs}
-    for node in graph:
-        for value in node.outputs:
-            if value.name not in outputs:
-                value.shape = None
-                value.type = None
-    for value in graph.outputs:
-        value.shape = None
     by_name = {v.name: v for n in graph for v in n.outputs}
     for name in extra_outputs:
         if name in by_name and name not in outputs:

@@ -17,9 +17,9 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from surgery.fix_dims import check_claims, drop_shape_claims, infer, rename_input_symbols
+from surgery.fix_dims import check_claims, infer, rename_input_symbols
 from surgery.modelio import BadInput, FixFailed
-from surgery.probe import conflicts, declared, neutral, observe, probe_feeds
+from surgery.probe import conflicts, declared, drop_shape_claims, neutral, observe, probe_feeds
 from surgery.run import compare_outputs, open_session, random_array, try_run
 
 
