@@ -7,6 +7,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BUILD := build/$(MODEL)
+# The INT4 point of `make export`: the fastest and smallest of the benchmark's sweep at 2B dims
+# (bench/results/latency.md: block 128 asymmetric, accuracy level 4).
+INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4
 
 .PHONY: install export test lint bench bench-export clean
 
@@ -28,7 +31,7 @@ export: $(STAMP)
 	$(PY) -m surgery debake $(BUILD)/export/model.onnx $(BUILD)/surgery/model.onnx
 	$(PY) -m surgery audit $(BUILD)/surgery/model.onnx
 	$(PY) -m quantize optimize $(BUILD)/surgery $(BUILD)/optimized
-	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4
+	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(INT4_FLAGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
