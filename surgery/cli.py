@@ -106,6 +106,22 @@ def _finish(stage: Staged, args, report: dict) -> None:
     print(f"wrote {args.output} (report: {report_path or Path(args.output).parent / 'report.json'})")
 
 
+def _write_verified(args, new, report: dict, verify) -> int:
+    """Stage `new`, run `verify(saved model) -> (ok, lines)` on the saved copy, and only when it holds
+    move it into place with the report; exit status 0 written, 1 not verified (nothing written)."""
+    with Staged(args.output) as stage:
+        save(new, stage.model_path, external=has_external_data(args.input) or None)
+        ok, lines = verify(load(stage.model_path))
+        for line in lines:
+            print(f"  {'verified' if ok else 'check'}: {line}")
+        if not ok:
+            print("verification FAILED: nothing written")
+            return 1
+        report.update({"input": args.input, "output": args.output, "verification": lines})
+        _finish(stage, args, report)
+    return 0
+
+
 # --- debake / audit ----------------------------------------------------------------------------
 
 
@@ -201,18 +217,8 @@ def cmd_fix_dims(args) -> int:
     for where in report["cleared_output_dims"]:
         print(f"  cleared  {where}")
     print(f"  now declares: {_io_line(new)}")
-    with Staged(args.output) as stage:
-        save(new, stage.model_path, external=has_external_data(args.input) or None)
-        ok, lines = fix_dims_mod.verify(load(stage.model_path), model, feeds)
-        for line in lines:
-            print(f"  {'verified' if ok else 'check'}: {line}")
-        if not ok:
-            print("verification FAILED: nothing written")
-            return 1
-        report.update({"command": "fix-dims", "input": args.input, "output": args.output,
-                       "probe": {k: list(v.shape) for k, v in feeds.items()}, "verification": lines})
-        _finish(stage, args, report)
-    return 0
+    report.update({"command": "fix-dims", "probe": {k: list(v.shape) for k, v in feeds.items()}})
+    return _write_verified(args, new, report, lambda saved: fix_dims_mod.verify(saved, model, feeds))
 
 
 def cmd_set_batch(args) -> int:
@@ -268,17 +274,8 @@ def cmd_freeze(args) -> int:
           f"nodes {report['nodes']['before']} -> {report['nodes']['after']}")
     if report["filled_from_probe"]:
         print(f"  {len(report['filled_from_probe'])} shape(s) inference could not derive, declared from the run")
-    with Staged(args.output) as stage:
-        save(new, stage.model_path, external=has_external_data(args.input) or None)
-        ok, lines = freeze_mod.verify(load(stage.model_path), model, feeds)
-        for line in lines:
-            print(f"  {'verified' if ok else 'check'}: {line}")
-        if not ok:
-            print("verification FAILED: nothing written")
-            return 1
-        report.update({"command": "freeze", "input": args.input, "output": args.output, "verification": lines})
-        _finish(stage, args, report)
-    return 0
+    report["command"] = "freeze"
+    return _write_verified(args, new, report, lambda saved: freeze_mod.verify(saved, model, feeds))
 
 
 COMMANDS = {

@@ -118,6 +118,13 @@ def baked_merger(channels: int = 8, out: int = 6, folded_table: bool = False) ->
         table = np.cos(np.arange(tok, dtype=np.float32))[:, None]
         inits.append(_f32("rotary_cos_table", table))
         nodes.append(helper.make_node("Add", ["embeds", "rotary_cos_table"], ["image_embeds"], name="add_table"))
+    inputs, outputs = _encoder_io(channels, out)
+    return _model(nodes, inputs, outputs, inits, _grid_metadata(EXPORT_GRID_11x15), "baked_merger")
+
+
+def _encoder_io(channels: int, out: int) -> tuple[list, list]:
+    """The encoder I/O declarations: pixel_values [num_patches, channels], grid_thw [num_images, 3]
+    -> image_embeds, deepstack_embeds_0 [num_tokens, out]."""
     inputs = [
         helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["num_patches", channels]),
         helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["num_images", 3]),
@@ -126,7 +133,7 @@ def baked_merger(channels: int = 8, out: int = 6, folded_table: bool = False) ->
         helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["num_tokens", out]),
         helper.make_tensor_value_info("deepstack_embeds_0", TensorProto.FLOAT, ["num_tokens", out]),
     ]
-    return _model(nodes, inputs, outputs, inits, _grid_metadata(EXPORT_GRID_11x15), "baked_merger")
+    return inputs, outputs
 
 
 def merger_reference(pixel_values: np.ndarray, grid: list[list[int]], channels: int = 8, out: int = 6):
@@ -194,14 +201,7 @@ def dynamic_encoder(channels: int = 48, heads: int = 16, head_dim: int = 12, out
         helper.make_node("MatMul", ["merged", "w_out"], ["image_embeds"]),
         helper.make_node("Slice", ["image_embeds", "zero", "slice_end", "axis1"], ["deepstack_embeds_0"]),
     ]
-    inputs = [
-        helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["num_patches", channels]),
-        helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["num_images", 3]),
-    ]
-    outputs = [
-        helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["num_tokens", out]),
-        helper.make_tensor_value_info("deepstack_embeds_0", TensorProto.FLOAT, ["num_tokens", out]),
-    ]
+    inputs, outputs = _encoder_io(channels, out)
     return _model(nodes, inputs, outputs, inits, _grid_metadata(EXPORT_GRID_MIXED), "dynamic_encoder")
 
 
