@@ -6,12 +6,12 @@ alone. Results: bench/results/export.json and export.md. Not a test: numbers dep
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.machine import describe, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -41,17 +41,6 @@ def run_export(model: str, path: str, out: Path) -> dict:
     }
 
 
-def machine() -> str:
-    """CPU model, core count and memory of this machine."""
-    cpu = platform.machine()
-    info = Path("/proc/cpuinfo")
-    if info.exists():
-        names = [line.split(":", 1)[1].strip() for line in info.read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM"
-
-
 def markdown(results: dict) -> str:
     rows = [
         "| path | export (s) | peak RSS load+export (MiB) | validation (s, cases) | ONNX (MiB) | passed |",
@@ -73,7 +62,7 @@ def main() -> int:
     runs = [run_export(args.model, path, args.work / path) for path in ("torchscript", "dynamo")]
     results = {
         "model": args.model,
-        "machine": machine(),
+        "machine": describe(machine()),
         "date": time.strftime("%Y-%m-%d"),
         "runs": runs,
     }

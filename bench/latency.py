@@ -17,7 +17,6 @@ import gc
 import json
 import logging
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -26,11 +25,12 @@ import onnxruntime as ort
 import torch
 
 from bench import flops, gemm_peak, latency_report
+from bench.machine import machine
 from builders.config import load_config
 from builders.qwen3_vl.model import build_random
 from quantize import int4 as int4_stage
 from quantize import optimize as optimize_stage
-from quantize.layouts import smart_resize
+from runtime.layouts import random_pixels, smart_resize
 from runtime.session import open_session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,9 +100,9 @@ def grid_for(height: int, width: int) -> list[list[int]]:
 
 
 def pixels(grid: list[list[int]], seed: int = 0) -> dict[str, np.ndarray]:
-    g = np.asarray(grid, dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    return {"pixel_values": rng.standard_normal((int(np.prod(g, 1).sum()), 1536), dtype=np.float32), "grid_thw": g}
+    """Random pixel_values [sum(t*h*w), 1536] for `grid`, as an ORT feed."""
+    values, g = random_pixels(grid, 1536, np.random.default_rng(seed))
+    return {"pixel_values": values, "grid_thw": g}
 
 
 def ort_runner(session: ort.InferenceSession, feed: dict):
@@ -141,14 +141,10 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # ---------------------------------------------------------------- machine
-def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    mem = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
-    return {"cpu": cpu, "cores": os.cpu_count(), "avx512": "avx512f" in flags, "amx": "amx_tile" in flags,
-            "memory_gib": round(int(mem.split()[1]) / 2**20, 1), "platform": platform.platform(),
-            "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__, "numpy": np.__version__}}
+def machine_and_versions() -> dict:
+    """bench.machine facts plus the versions of the runtimes compared."""
+    return {**machine(), "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__,
+                                      "numpy": np.__version__}}
 
 
 def load_average() -> list[float]:
@@ -164,7 +160,7 @@ def main(argv=None) -> int:
     models = ensure_stages(args.model, args.build, args.sweep.split(","))
     say(f"variants: {', '.join(models)}")
     result = {"model": args.model, "config": config.name, "vision": config.vision, "weights": "random (seed 0)",
-              "machine": machine(), "load_average_start": load_average(), "reps": args.reps,
+              "machine": machine_and_versions(), "load_average_start": load_average(), "reps": args.reps,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     say("GEMM peak")
     result["gemm_peak"] = {str(t): v for t, v in gemm_peak.measure(threads).items()}

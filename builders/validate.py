@@ -4,31 +4,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from runtime.parity import compare
 from runtime.progress import say
-
-
-def compare(output: np.ndarray, reference: np.ndarray, tolerance: float) -> dict:
-    """Metrics of one output against its reference.
-
-    max_abs = max |out - ref|; max_rel = max_abs / max |ref| (relative to the output's scale);
-    cosine of the flattened tensors; ok when max_abs <= tolerance * max(1, max |ref|).
-    """
-    if output.shape != reference.shape:
-        return {"shape": list(output.shape), "expected_shape": list(reference.shape), "ok": False}
-    diff = np.abs(output.astype(np.float64) - reference.astype(np.float64))
-    scale = float(np.abs(reference).max()) if reference.size else 0.0
-    max_abs = float(diff.max()) if diff.size else 0.0
-    a, b = output.ravel().astype(np.float64), reference.ravel().astype(np.float64)
-    denom = np.linalg.norm(a) * np.linalg.norm(b)
-    return {
-        "shape": list(output.shape),
-        "max_abs": max_abs,
-        "max_rel": max_abs / scale if scale else max_abs,
-        "cosine": float(a @ b / denom) if denom else 1.0,
-        "scale": scale,
-        "limit": tolerance * max(1.0, scale),
-        "ok": max_abs <= tolerance * max(1.0, scale),
-    }
 
 
 def validate(

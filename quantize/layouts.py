@@ -8,13 +8,18 @@ When no report in the chain has it, `default_layouts` recomputes an equivalent l
 """
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 
-SMOKE_SIZES = [(224, 224), (336, 336), (448, 448), (512, 384)]
-MIN_PIXELS, MAX_PIXELS = 65536, 16777216
+from runtime.layouts import (
+    SMOKE_SIZES,
+    SYNTHETIC_PACKS,
+    random_pixels,
+    same_patch_count_layouts,
+    smart_resize,
+)
+
 STAGE_FOLDERS = ("export", "surgery", "optimized")
 
 
@@ -31,18 +36,6 @@ def from_reports(model_file: Path) -> list[dict] | None:
     return None
 
 
-def smart_resize(height: int, width: int, factor: int) -> tuple[int, int]:
-    """The Qwen processor's resize: multiples of `factor`, pixel count within [MIN_PIXELS, MAX_PIXELS]."""
-    h, w = round(height / factor) * factor, round(width / factor) * factor
-    if h * w > MAX_PIXELS:
-        beta = math.sqrt(height * width / MAX_PIXELS)
-        h, w = (max(factor, math.floor(x / beta / factor) * factor) for x in (height, width))
-    elif h * w < MIN_PIXELS:
-        beta = math.sqrt(MIN_PIXELS / (height * width))
-        h, w = (math.ceil(x * beta / factor) * factor for x in (height, width))
-    return h, w
-
-
 def default_layouts(example: list[list[int]], patch: int = 16, merge: int = 2) -> list[dict]:
     """Smoke sizes, a pack, a t=2 video, a mixed pack, the example and same-patch-count variants of it."""
     def image(h: int, w: int) -> list[int]:
@@ -50,22 +43,11 @@ def default_layouts(example: list[list[int]], patch: int = 16, merge: int = 2) -
         return [1, rh // patch, rw // patch]
 
     layouts = [{"case": f"image {h}x{w}", "grid_thw": [image(h, w)]} for h, w in SMOKE_SIZES]
-    layouts += [
-        {"case": "pack 448x448 + 336x336", "grid_thw": [image(448, 448), image(336, 336)]},
-        {"case": "video t=2 256x256", "grid_thw": [[2, 16, 16]]},
-        {"case": "pack image + video t=2 + image", "grid_thw": [[1, 12, 20], [2, 8, 8], [1, 6, 4]]},
-        {"case": f"export example {example}", "grid_thw": example},
-    ]
-    blocks = sum(t * h * w for t, h, w in example) // (merge * merge)
-    variants = [[[1, merge, merge * blocks]], [[1, merge * blocks, merge]], example[::-1],
-                [[t, w, h] for t, h, w in example]]
-    if blocks % 2 == 0:
-        variants.append([[2, merge, merge * blocks // 2]])
-    seen = {str(example)}
-    for grid in variants:
-        if str(grid) not in seen:
-            seen.add(str(grid))
-            layouts.append({"case": f"same patch count {grid}", "grid_thw": grid})
+    layouts.append({"case": "pack 448x448 + 336x336", "grid_thw": [image(448, 448), image(336, 336)]})
+    layouts += [{"case": name, "grid_thw": grid} for name, grid in SYNTHETIC_PACKS]
+    layouts.append({"case": "export example", "grid_thw": example})
+    layouts += [{"case": f"same patch count #{number}", "grid_thw": grid}
+                for number, grid in enumerate(same_patch_count_layouts(example, merge), 1)]
     return layouts
 
 
@@ -81,7 +63,5 @@ def layouts_for(model_file: Path, metadata: dict[str, str]) -> list[dict]:
 
 def random_inputs(grid_thw: list[list[int]], patch_dim: int, seed: int) -> dict[str, np.ndarray]:
     """Normal(0, 1) pixel_values [sum(t*h*w), patch_dim] and grid_thw int64 [num_images, 3]."""
-    grid = np.asarray(grid_thw, dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    pixels = rng.standard_normal((int(np.prod(grid, 1).sum()), patch_dim), dtype=np.float32)
+    pixels, grid = random_pixels(grid_thw, patch_dim, np.random.default_rng(seed))
     return {"pixel_values": pixels, "grid_thw": grid}

@@ -13,6 +13,7 @@ import onnxruntime as ort
 
 from quantize import layouts as layouts_mod
 from quantize import model_io
+from runtime import parity, session
 
 # Above this many bytes a model goes to ORT through a temp file instead of a serialized string.
 IN_MEMORY_LIMIT = 1536 * 1024 * 1024
@@ -21,10 +22,10 @@ SEED = 0
 
 def open_session(model: ir.Model | Path, threads: int = 0) -> ort.InferenceSession:
     """A CPU session for an in-memory model or a model file (`threads` 0: ORT's default)."""
+    if isinstance(model, Path):
+        return session.open_session(model, threads or None)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    if isinstance(model, Path):
-        return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
     if weights < IN_MEMORY_LIMIT:
         data = model_io.to_proto(model).SerializeToString()
@@ -47,21 +48,8 @@ def run_all(session: ort.InferenceSession, inputs: list[dict]) -> list[list[np.n
 
 def compare(reference: list[np.ndarray], candidate: list[np.ndarray], names: list[str],
             tolerance: float | None) -> dict[str, dict]:
-    """{output name: {shape, max_abs, cosine, scale[, limit, ok]}}."""
-    out = {}
-    for name, ref, got in zip(names, reference, candidate):
-        if ref.shape != got.shape:
-            out[name] = {"shape": list(got.shape), "expected_shape": list(ref.shape), "ok": False}
-            continue
-        r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
-        cosine = float(r @ g / max(np.linalg.norm(r) * np.linalg.norm(g), 1e-300))
-        record = {"shape": list(ref.shape), "max_abs": float(np.abs(r - g).max()), "cosine": cosine,
-                  "scale": float(np.abs(r).max())}
-        if tolerance is not None:
-            record["limit"] = tolerance * max(1.0, record["scale"])
-            record["ok"] = bool(record["max_abs"] <= record["limit"])
-        out[name] = record
-    return out
+    """{output name: runtime.parity.compare(candidate, reference, tolerance)}."""
+    return {name: parity.compare(got, ref, tolerance) for name, ref, got in zip(names, reference, candidate)}
 
 
 def check(session: ort.InferenceSession, layouts: list[dict], inputs: list[dict],

@@ -1,0 +1,58 @@
+"""Torch-free image layouts shared by every stage's validation: smoke sizes, fixed packs, layouts with
+the export example's patch count but other shapes, and random inputs for a grid.
+
+A grid is int64 [num_images, 3] (t, h, w in patches); h and w are multiples of the merge size.
+"""
+
+import math
+
+import numpy as np
+
+# The smoke sizes (height, width) in pixels.
+SMOKE_SIZES = [(224, 224), (336, 336), (448, 448), (512, 384)]
+# Qwen3-VL's preprocessor settings: pixels between 256*256 and 4096*4096.
+MIN_PIXELS, MAX_PIXELS = 65536, 16777216
+# Packs of synthetic frames every validation includes: (name, grid_thw).
+SYNTHETIC_PACKS = [
+    ("video t=2 256x256", [[2, 16, 16]]),
+    ("pack image + video t=2 + image", [[1, 12, 20], [2, 8, 8], [1, 6, 4]]),
+]
+
+
+def smart_resize(height: int, width: int, factor: int) -> tuple[int, int]:
+    """The Qwen processor's resize: multiples of `factor`, pixel count within [MIN_PIXELS, MAX_PIXELS]."""
+    h, w = round(height / factor) * factor, round(width / factor) * factor
+    if h * w > MAX_PIXELS:
+        beta = math.sqrt(height * width / MAX_PIXELS)
+        h, w = (max(factor, math.floor(x / beta / factor) * factor) for x in (height, width))
+    elif h * w < MIN_PIXELS:
+        beta = math.sqrt(MIN_PIXELS / (height * width))
+        h, w = (math.ceil(x * beta / factor) * factor for x in (height, width))
+    return h, w
+
+
+def same_patch_count_layouts(example: list, merge: int, count: int = 5) -> list[list[list[int]]]:
+    """Grids with exactly the example's patch count but other shapes (tall, wide, reordered, video)."""
+    grid = np.asarray(example, dtype=np.int64)
+    blocks = int(np.prod(grid, 1).sum()) // (merge * merge)  # merge-blocks to distribute
+    divisors = [d for d in range(1, blocks + 1) if blocks % d == 0]
+    layouts = []
+    # single images, the most extreme aspect ratios first
+    for d in sorted(divisors, key=lambda d: -max(d, blocks // d) / min(d, blocks // d))[:2]:
+        layouts.append([[1, merge * d, merge * (blocks // d)]])
+    if len(grid) > 1:
+        layouts.append(grid[::-1].tolist())  # same images, other order
+        layouts.append([[1, int(h), int(w)] for _, w, h in grid.tolist()])  # every image transposed
+    if blocks % 2 == 0:  # the same patches as a 2-frame video
+        half = blocks // 2
+        d = max(x for x in divisors if half % x == 0 and x * x <= half)
+        layouts.append([[2, merge * d, merge * (half // d)]])
+    seen = {str(grid.tolist())}
+    unique = [g for g in layouts if str(g) not in seen and not seen.add(str(g))]
+    return unique[:count]
+
+
+def random_pixels(grid_thw, patch_dim: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Normal(0, 1) pixel_values float32 [sum(t*h*w), patch_dim] and grid_thw int64 [num_images, 3]."""
+    grid = np.asarray(grid_thw, dtype=np.int64)
+    return rng.standard_normal((int(np.prod(grid, 1).sum()), patch_dim), dtype=np.float32), grid
