@@ -31,7 +31,7 @@ from builders.qwen3_vl.model import build_random
 from quantize import int4 as int4_stage
 from quantize import optimize as optimize_stage
 from runtime.layouts import random_pixels, smart_resize
-from runtime.session import open_session
+from core.session import open_session
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

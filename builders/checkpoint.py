@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 INDEX = "model.safetensors.index.json"
 

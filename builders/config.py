@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 TOP_KEYS = {"family", "vision", "export"}

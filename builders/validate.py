@@ -4,8 +4,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from runtime.parity import compare
-from runtime.progress import say
+from core.parity import compare
+from core.progress import say
 
 
 def validate(

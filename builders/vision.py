@@ -23,9 +23,9 @@ from builders import onnx_export, validate
 from builders.config import load_config
 from builders.qwen3_vl import family as qwen3_vl
 from runtime import contract, session
-from runtime.errors import UsageError
+from core.errors import UsageError
 from runtime.files import staged_dir
-from runtime.progress import say, step
+from core.progress import say, step
 
 FAMILIES = {"qwen3-vl": qwen3_vl}
 EXPORTERS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from quantize import int4, optimize, stage
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 
 class Parser(argparse.ArgumentParser):

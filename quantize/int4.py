@@ -15,8 +15,8 @@ import onnx_ir as ir
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from quantize import model_io, parity, stage
-from quantize.progress import say, step
-from runtime.errors import UsageError
+from core.progress import say, step
+from core.errors import UsageError
 from runtime.files import staged_dir
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)

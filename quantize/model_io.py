@@ -12,7 +12,7 @@ import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 EXTERNAL_DATA_THRESHOLD = 512 * 1024 * 1024
 # The highest IR version ONNX Runtime 1.31 loads (onnx 1.23 writes 12+ by default).

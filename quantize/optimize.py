@@ -25,7 +25,7 @@ from quantize.passes import (
     skip_layer_norm,
     static_dims,
 )
-from quantize.progress import say, step
+from core.progress import say, step
 from runtime.files import staged_dir
 
 

@@ -14,7 +14,7 @@ import onnxscript
 
 from quantize import layouts as layouts_mod
 from quantize import model_io, parity
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 DEFAULT_TOLERANCE = 1e-4
 

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from runtime import contract, session
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 
 def metadata(path: Path) -> dict[str, str]:

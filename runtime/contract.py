@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 INPUT_NAMES = ("pixel_values", "grid_thw")
 IMAGE_EMBEDS = "image_embeds"

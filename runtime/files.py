@@ -5,7 +5,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 
 @contextlib.contextmanager

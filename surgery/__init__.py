@@ -8,5 +8,5 @@ set-batch, freeze and fix-dims. Each pass is a function model -> (model, report)
 - `surgery.fix_dims`, `surgery.set_batch`, `surgery.freeze`: the repairs, each verified by running
 
 Command line: `python -m surgery --help` (see `surgery.cli` and the README section "Shape surgery"); demo models:
-`surgery.examples`. Helpers: `grid` (quantities, Emitter), `probe`, `dataflow`, `run`, `modelio`.
+`surgery.examples`. Helpers: `grid` (quantities, Emitter), `probe`, `dataflow`, `run`.
 """

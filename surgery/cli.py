@@ -22,7 +22,9 @@ from surgery import fix_dims as fix_dims_mod
 from surgery import freeze as freeze_mod
 from surgery import set_batch as set_batch_mod
 from surgery.grid import resolve_grid
-from surgery.modelio import BadInput, FixFailed, Staged, copy_model, has_external_data, load, save, write_json
+from core.errors import CheckFailed, Parser, UsageError, main_wrapper
+from core.onnx_io import copy_model, has_external_data, load, save
+from core.staging import StagedFile, check_file_output, check_folder_output
 from surgery.probe import declared, probe_feeds
 from surgery.run import fmt_dims, log, parse_named_shapes, timed
 
@@ -36,15 +38,18 @@ def _grid_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _out_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("output", metavar="OUT", help="output model file (weights beside it when large)")
-    parser.add_argument("--report", default=None, help="report path (default: report.json beside OUT)")
+    parser.add_argument("output", metavar="OUT",
+                        help="output folder (model.onnx + report.json), or a .onnx file name (report.json beside it)")
+    parser.add_argument("--report", default=None, help="report path (default: report.json beside the model)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing OUT that is not an earlier surgery output")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m surgery", description="Shape surgery for ONNX models, every fix verified by running it.",
         epilog="exit status: 0 done/clean, 1 problems found or not verified, 2 bad input. See the README, section 'Shape surgery'.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     p = sub.add_parser("debake", help="replace grid-baked shape constants by subgraphs of grid_thw")
     p.add_argument("input", metavar="IN")
     _out_options(p)
@@ -74,19 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.getLogger("onnx_ir").setLevel(logging.ERROR)
-    start = time.perf_counter()
-    try:
+    def body() -> int:
+        args = build_parser().parse_args(argv)
+        start = time.perf_counter()
+        if getattr(args, "output", None) is not None:
+            _check_out(args)  # before any work: a bad OUT is found in a second, not after the run
         code = COMMANDS[args.command](args)
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except FixFailed as exc:
-        print(f"failed: {exc}", file=sys.stderr)
-        return 1
-    log(f"{args.command} done in {time.perf_counter() - start:.1f} s (exit {code})")
-    return code
+        log(f"{args.command} done in {time.perf_counter() - start:.1f} s (exit {code})")
+        return code
+
+    return main_wrapper(body)
 
 
 def _io_line(model) -> str:
@@ -95,21 +97,36 @@ def _io_line(model) -> str:
     return "; ".join(f"{d.name} {fmt_dims(d.dims or ())}" for d in decl.values() if d.role != "value_info")
 
 
-def _finish(stage: Staged, args, report: dict) -> None:
+STAGE = "surgery"
+
+
+def _check_out(args) -> Path:
+    """Check OUT (and --report) as `_staged` will use them; returns the model file path."""
+    out = Path(args.output)
+    if out.suffix != ".onnx":
+        check_folder_output(out, STAGE, [args.input], args.force)
+        out = out / "model.onnx"
+    check_file_output(out, STAGE, [args.input], args.force, args.report)
+    return out
+
+
+def _staged(args) -> StagedFile:
+    """The staged output of a writing command: OUT.onnx (a file, report beside it) or OUT/ (a stage
+    folder holding model.onnx and report.json), checked before any work (see core.staging)."""
+    return StagedFile(_check_out(args), STAGE, [args.input], args.force, args.report)
+
+
+def _finish(stage: StagedFile, args, report: dict) -> None:
     """Write the report, move the staged model into place, say where."""
-    report_path = Path(args.report) if args.report else None
-    if report_path is None:
-        write_json(stage.dir / "report.json", report)
-    stage.commit()
-    if report_path is not None:
-        write_json(report_path, report)
-    print(f"wrote {args.output} (report: {report_path or Path(args.output).parent / 'report.json'})")
+    report = {"stage": STAGE, **report}
+    stage.commit(report)
+    print(f"wrote {stage.out} (report: {stage.report_path})")
 
 
 def _write_verified(args, new, report: dict, verify) -> int:
     """Stage `new`, run `verify(saved model) -> (ok, lines)` on the saved copy, and only when it holds
     move it into place with the report; exit status 0 written, 1 not verified (nothing written)."""
-    with Staged(args.output) as stage:
+    with _staged(args) as stage:
         save(new, stage.model_path, external=has_external_data(args.input) or None)
         ok, lines = verify(load(stage.model_path))
         for line in lines:
@@ -148,7 +165,7 @@ def cmd_debake(args) -> int:
     for line in report["collisions"]:
         print(f"  warning: {line}")
     external = has_external_data(args.input)
-    with Staged(args.output) as stage:
+    with _staged(args) as stage:
         if report["fixed"]:
             with timed(f"writing {'with external data ' if external else ''}to a temporary folder"):
                 save(new, stage.model_path, external=external or None)
@@ -228,14 +245,14 @@ def cmd_set_batch(args) -> int:
         try:
             batch = int(args.batch)
         except ValueError:
-            raise BadInput(f"--batch {args.batch!r} is neither a positive integer nor 'dynamic'") from None
+            raise UsageError(f"--batch {args.batch!r} is neither a positive integer nor 'dynamic'") from None
         if batch <= 0:
-            raise BadInput(f"--batch {batch}: the batch must be a positive integer (or 'dynamic')")
+            raise UsageError(f"--batch {batch}: the batch must be a positive integer (or 'dynamic')")
     model = load(args.input)
     shapes = parse_named_shapes(args.probe, model, "--probe")
     chunk = set_batch_mod.old_batch(model) or 1
     if batch is not None and batch % chunk:
-        raise BadInput(f"--batch {batch} is not a multiple of the old batch {chunk}, so samples cannot be checked "
+        raise UsageError(f"--batch {batch} is not a multiple of the old batch {chunk}, so samples cannot be checked "
                        "against the original; pick a multiple")
     new, report = set_batch_mod.set_batch(model, batch, shapes)
     print(f"set-batch: batch {report['old_batch']} -> {report['new_batch']} (probe batch {report['probe_batch']})")
@@ -245,7 +262,7 @@ def cmd_set_batch(args) -> int:
         print(f"  renamed  {where}: {change}")
     print(f"  now declares: {_io_line(new)}")
     sizes = [batch] if batch is not None else [chunk, 3 * chunk]
-    with Staged(args.output) as stage:
+    with _staged(args) as stage:
         save(new, stage.model_path, external=has_external_data(args.input) or None)
         saved = load(stage.model_path)
         ok, lines = True, []

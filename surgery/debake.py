@@ -16,7 +16,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from surgery.grid import Emitter, Grid, grid_feeds
 from surgery.grid_constants import Finding, architecture_values, collisions, expected_dims, find, node_name
-from surgery.modelio import BadInput
+from core.errors import UsageError
 from surgery.run import (
     ORT_ERRORS,
     compare_outputs,
@@ -90,15 +90,15 @@ def grid_inputs(model: ir.Model, patches_input: str, grid_input: str) -> int:
     """Channels C of the patch input [N, C].
 
     Raises:
-        BadInput: the patch or grid input is missing, or C is not static.
+        UsageError: the patch or grid input is missing, or C is not static.
     """
     specs = {name: dims for name, _, dims in input_specs(model)}
     for name, option in ((patches_input, "--patches-input"), (grid_input, "--grid-input")):
         if name not in specs:
-            raise BadInput(f"the model has no input '{name}' (inputs: {', '.join(specs)}); name it with {option}")
+            raise UsageError(f"the model has no input '{name}' (inputs: {', '.join(specs)}); name it with {option}")
     dims = specs[patches_input]
     if len(dims) != 2 or not isinstance(dims[1], int):
-        raise BadInput(f"input '{patches_input}' must be [num_patches, C] with a static C, not {fmt_dims(dims)}")
+        raise UsageError(f"input '{patches_input}' must be [num_patches, C] with a static C, not {fmt_dims(dims)}")
     return dims[1]
 
 
@@ -109,7 +109,7 @@ def _feeds(model: ir.Model, grid: Grid, channels: int, patches_input: str, grid_
     for name, elem_type, dims in input_specs(model):
         if name not in feeds:
             if not all(isinstance(d, int) for d in dims):
-                raise BadInput(f"extra input '{name}' {dims} has non-static dims; debake can only run models whose "
+                raise UsageError(f"extra input '{name}' {dims} has non-static dims; debake can only run models whose "
                                "other inputs are static")
             feeds[name] = random_array(elem_type, tuple(dims), rng)
     return feeds

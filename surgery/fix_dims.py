@@ -18,7 +18,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from surgery.modelio import FixFailed
+from core.errors import CheckFailed
 from surgery.probe import conflicts, declared, drop_shape_claims, observe, stale
 from surgery.run import compare_outputs, try_run
 
@@ -104,12 +104,12 @@ def fix_dims(model: ir.Model, feeds: dict[str, np.ndarray]) -> tuple[ir.Model, d
         (new model, report): report lists the conflicts and stale claims found and the changes.
 
     Raises:
-        FixFailed: the model fails at `feeds` even with every shape claim removed.
+        CheckFailed: the model fails at `feeds` even with every shape claim removed.
     """
     decl = declared(model)
     real, _, error = observe(model, feeds)
     if real is None:
-        raise FixFailed(f"the model fails at the probe even without shape claims, so it cannot be repaired: {error}")
+        raise CheckFailed(f"the model fails at the probe even without shape claims, so it cannot be repaired: {error}")
     found_conflicts, found_stale = conflicts(decl, real), stale(decl, real)
     new = model.clone()
     changes = redeclare(new, real, found_conflicts)

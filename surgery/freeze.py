@@ -18,7 +18,7 @@ import onnxscript.optimizer
 
 from surgery import dataflow
 from surgery.fix_dims import check_claims, infer
-from surgery.modelio import BadInput, FixFailed
+from core.errors import CheckFailed, UsageError
 from surgery.probe import drop_shape_claims, neutral, observe
 from surgery.run import compare_outputs, fmt_dims, try_run
 
@@ -52,15 +52,15 @@ def freeze(model: ir.Model, shapes: dict[str, tuple[int, ...]], feeds: dict[str,
         (frozen model, report: dims fixed, shape ops before/after folding, shapes filled by probe).
 
     Raises:
-        BadInput: an input with a non-static dim has no shape in `shapes`.
-        FixFailed: data-dependent sizes, or the model does not run at `shapes`.
+        UsageError: an input with a non-static dim has no shape in `shapes`.
+        CheckFailed: data-dependent sizes, or the model does not run at `shapes`.
     """
     missing = [v.name for v in model.graph.inputs if not _static(v.shape) and v.name not in shapes]
     if missing:
-        raise BadInput(f"input(s) {', '.join(missing)} have non-static dims; give each one --shape NAME=AxBx...")
+        raise UsageError(f"input(s) {', '.join(missing)} have non-static dims; give each one --shape NAME=AxBx...")
     dependent = [i["node"] for i in dataflow.classify(model)["nodes"]["data-dependent"]]
     if dependent:
-        raise FixFailed(f"cannot freeze: output sizes of {', '.join(dependent)} depend on the data")
+        raise CheckFailed(f"cannot freeze: output sizes of {', '.join(dependent)} depend on the data")
     new = model.clone()
     fixed = {}
     for value in new.graph.inputs:
@@ -79,7 +79,7 @@ def freeze(model: ir.Model, shapes: dict[str, tuple[int, ...]], feeds: dict[str,
     if unknown:
         real, _, error = observe(new, feeds, [v.name for v in unknown])
         if real is None:
-            raise FixFailed(f"the model fails at the frozen shapes: {error}")
+            raise CheckFailed(f"the model fails at the frozen shapes: {error}")
         for value in unknown:
             if value.name in real:
                 shape, dtype = real[value.name]

@@ -23,7 +23,7 @@ from fractions import Fraction
 import numpy as np
 import onnx_ir as ir
 
-from surgery.modelio import BadInput
+from core.errors import UsageError
 
 GLOBAL_SYMBOLS = ("N", "n", "F")
 
@@ -103,10 +103,10 @@ class Grid:
 
     def __post_init__(self):
         if not self.rows:
-            raise BadInput("the export grid is empty; give at least one --grid T,H,W")
+            raise UsageError("the export grid is empty; give at least one --grid T,H,W")
         for t, h, w in self.rows:
             if min(t, h, w) <= 0 or h % self.merge or w % self.merge:
-                raise BadInput(
+                raise UsageError(
                     f"grid row {t},{h},{w}: t, h, w must be positive and h, w multiples of the merge size "
                     f"{self.merge}"
                 )
@@ -178,9 +178,9 @@ def grid_from_metadata(model: ir.Model) -> Grid | None:
         rows = tuple(tuple(int(v) for v in row) for row in json.loads(props["export_grid_thw"]))
         merge = int(props.get("spatial_merge_size", "2"))
     except (ValueError, TypeError) as exc:
-        raise BadInput(f"metadata export_grid_thw={props['export_grid_thw']!r} is not a JSON list of [t,h,w]") from exc
+        raise UsageError(f"metadata export_grid_thw={props['export_grid_thw']!r} is not a JSON list of [t,h,w]") from exc
     if any(len(r) != 3 for r in rows):
-        raise BadInput(f"metadata export_grid_thw={props['export_grid_thw']!r}: each row must be [t,h,w]")
+        raise UsageError(f"metadata export_grid_thw={props['export_grid_thw']!r}: each row must be [t,h,w]")
     return Grid(rows, merge)
 
 
@@ -191,20 +191,20 @@ def parse_grid(items: list[str], merge: int) -> Grid:
         try:
             t, h, w = (int(v) for v in item.split(","))
         except ValueError:
-            raise BadInput(f"--grid '{item}' is not T,H,W (three integers, in patches), e.g. --grid 1,22,30") from None
+            raise UsageError(f"--grid '{item}' is not T,H,W (three integers, in patches), e.g. --grid 1,22,30") from None
         rows.append((t, h, w))
     return Grid(tuple(rows), merge)
 
 
 def resolve_grid(model: ir.Model, items: list[str] | None, merge: int | None) -> Grid:
-    """`--grid` when given, else the model's metadata; BadInput when neither says the grid."""
+    """`--grid` when given, else the model's metadata; UsageError when neither says the grid."""
     if items:
         if merge is None:
             merge = int(model.metadata_props.get("spatial_merge_size", "2"))
         return parse_grid(items, merge)
     grid = grid_from_metadata(model)
     if grid is None:
-        raise BadInput(
+        raise UsageError(
             "the model has no export_grid_thw metadata; say the export example's grid with "
             "--grid T,H,W (once per image), e.g. --grid 1,22,30"
         )
@@ -255,7 +255,7 @@ class Emitter:
             return self._cache[sym]
         if sym == "N":
             if self.patches is None:
-                raise BadInput("the model has no patch input to read num_patches from; pass --patches-input NAME")
+                raise UsageError("the model has no patch input to read num_patches from; pass --patches-input NAME")
             value = self.op("Gather", [self.op("Shape", [self.patches]), self.const([0])], axis=0)
         elif sym == "n":
             value = self.op("Gather", [self.op("Shape", [self._grid()]), self.const([0])], axis=0)
@@ -280,7 +280,7 @@ class Emitter:
 
     def _grid(self) -> ir.Value:
         if self.grid is None:
-            raise BadInput("the model has no grid input to read t, h, w from; pass --grid-input NAME")
+            raise UsageError("the model has no grid input to read t, h, w from; pass --grid-input NAME")
         if self.grid.dtype == ir.DataType.INT64:
             return self.grid
         return self._cached("grid64", lambda: self.op("Cast", [self.grid], to=ir.DataType.INT64))

@@ -16,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from surgery.grid import Grid
-from surgery.modelio import BadInput
+from core.errors import UsageError
 from surgery.run import fmt_dims, input_specs, random_array, try_run
 
 #: Symbols that exporters generate (torch.export's s77, ONNX inference's unk__3, naive scripts' ?).
@@ -102,7 +102,7 @@ def probe_feeds(model: ir.Model, shapes: dict[str, tuple[int, ...]], grid: Grid 
     defaults to 1. With an export grid, `grid_thw` gets its rows and `pixel_values` its patch count.
 
     Raises:
-        BadInput: an input has a symbolic dim (other than the leading one) and no probe shape.
+        UsageError: an input has a symbolic dim (other than the leading one) and no probe shape.
     """
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -124,7 +124,7 @@ def probe_feeds(model: ir.Model, shapes: dict[str, tuple[int, ...]], grid: Grid 
                 else:
                     example = "x".join(str(v) if isinstance(v, int) else "1" if a == 0 else "SIZE"
                                        for a, v in enumerate(dims))
-                    raise BadInput(
+                    raise UsageError(
                         f"input '{name}' has non-static dims {fmt_dims(dims)}; say the size to run it at "
                         f"with --probe {name}={example}"
                     )

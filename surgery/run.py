@@ -6,35 +6,20 @@ without having run it.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import sys
-import tempfile
-import threading
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
-from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
-from surgery.modelio import BadInput, save
-
-ort.set_default_logger_severity(4)  # errors reach the user through exceptions, not ORT's log
-
-#: What ORT raises when a model fails to load or run (its own types do not derive from RuntimeError).
-ORT_ERRORS = (RuntimeError, ValueError) + tuple(
-    getattr(_ort_state, name) for name in (
-        "Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "InvalidGraph", "NoSuchFile",
-        "InvalidProtobuf", "ModelLoaded", "NoModel", "EPFail", "EngineError",
-    ) if hasattr(_ort_state, name)
-)
+from core.errors import UsageError
+from core.progress import say, step
+from core.session import ORT_ERRORS, ort_error_line
+from core.session import run as run_session
+from core.session import session as open_session
 
 #: Outputs match when max|a - b| <= TOLERANCE * max(1, max|reference|) (float outputs); ints must be equal.
+#: Surgery only rewrites shapes, so it holds its results to a tighter bound than the stages that fuse ops.
 TOLERANCE = 1e-5
 
 _NP_OF_ONNX = {
@@ -51,86 +36,40 @@ _NP_OF_ONNX = {
 
 def log(message: str) -> None:
     """Progress line on stderr (results go to stdout)."""
-    print(f"[surgery] {message}", file=sys.stderr, flush=True)
+    say(message)
 
 
-@contextlib.contextmanager
-def timed(what: str, announce_after: float = 2.0) -> Iterator[None]:
-    """Run the block, then log how long `what` took; a step still running after `announce_after`
-    seconds is announced when that time is reached (long steps show progress, short ones one line)."""
-    start = time.perf_counter()
-    timer = threading.Timer(announce_after, log, [f"{what} ..."])
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-    log(f"{what}: {time.perf_counter() - start:.1f} s")
-
-
-def _has_external_tensors(model: ir.Model) -> bool:
-    return any(isinstance(v.const_value, ir.ExternalTensor) for v in model.graph.initializers.values())
-
-
-@contextlib.contextmanager
-def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto) -> Iterator[ort.InferenceSession]:
-    """An ORT CPU session for a path, an onnx-ir model or a ModelProto.
-
-    An ir.Model whose weights live in external files is first written to a temporary folder
-    (ORT cannot resolve external data of an in-memory model); the folder is removed on exit.
-    """
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    providers = ["CPUExecutionProvider"]
-    if isinstance(src, ir.Model):
-        if _has_external_tensors(src):
-            with tempfile.TemporaryDirectory(prefix="surgery-run-") as tmp:
-                path = Path(tmp) / "model.onnx"
-                save(src, path, external=True)
-                yield ort.InferenceSession(str(path), options, providers=providers)
-            return
-        src = ir.to_proto(src)
-    if isinstance(src, onnx.ModelProto):
-        yield ort.InferenceSession(src.SerializeToString(), options, providers=providers)
-    else:
-        yield ort.InferenceSession(str(src), options, providers=providers)
+def timed(what: str) -> Iterator[None]:
+    """core.progress.step: announce a step still running after 2 s, then its wall time."""
+    return step(what)
 
 
 def run(src, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run `src` (see `open_session`) once; returns every graph output by name."""
+    """Run `src` (a path, an onnx-ir model or a ModelProto) once; returns every graph output by name."""
     with open_session(src) as session:
-        names = [o.name for o in session.get_outputs()]
-        return dict(zip(names, session.run(names, feeds)))
+        return run_session(session, feeds)
 
 
 def try_run(src, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray] | None, str | None]:
-    """`run`, but returns (None, first line of the error) when ORT fails."""
+    """`run`, but returns (None, ORT's reason on one line) when ORT fails to load or run it."""
     try:
         return run(src, feeds), None
     except ORT_ERRORS as exc:
         return None, one_line(exc)
+    except UsageError as exc:
+        return None, str(exc)
 
 
 def one_line(exc: BaseException) -> str:
-    """The useful part of an ORT error on one line: the failing node and the innermost message."""
-    text = " ".join(str(exc).split())
-    where = re.search(r"while running (\S+) node\. Name:'([^']*)'", text)
-    message = re.split(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", text)[-1]
-    message = re.sub(r"^Non-zero status code returned while running \S+ node\. Name:'[^']*' Status Message: ", "",
-                     message)
-    message = re.sub(r"^/onnxruntime_src/\S+ ", "", message)
-    prefix = ""
-    if where:
-        prefix = f"{where.group(1)} node '{where.group(2)}': " if where.group(2) else f"{where.group(1)} node: "
-    return (prefix + message)[:300]
+    """The useful part of an ORT error on one line: the failing node and the message (never cut)."""
+    return ort_error_line(exc)
 
 
 def random_array(elem_type: int, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Random input data: normal floats, small non-negative ints (0..3), random bools."""
     dtype = _NP_OF_ONNX.get(elem_type)
     if dtype is None:
-        raise BadInput(f"cannot make random data of ONNX type {onnx.TensorProto.DataType.Name(elem_type)}")
+        raise UsageError(f"cannot make random data of ONNX type {onnx.TensorProto.DataType.Name(elem_type)}")
     if np.issubdtype(dtype, np.floating):
         return rng.standard_normal(shape).astype(dtype)
     if dtype == np.bool_:
@@ -156,9 +95,9 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in text.lower().split("x"))
     except ValueError:
-        raise BadInput(f"shape '{text}' is not like 1x3x640x640 (positive integers joined by x)") from None
+        raise UsageError(f"shape '{text}' is not like 1x3x640x640 (positive integers joined by x)") from None
     if any(d <= 0 for d in dims):
-        raise BadInput(f"shape '{text}' has a dim <= 0; every dim must be a positive integer")
+        raise UsageError(f"shape '{text}' has a dim <= 0; every dim must be a positive integer")
     return dims
 
 
@@ -166,24 +105,24 @@ def parse_named_shapes(items: list[str] | None, model: ir.Model, option: str) ->
     """['x=1x3x64x64', ...] -> {'x': (1, 3, 64, 64)}, checked against the model's inputs.
 
     Raises:
-        BadInput: malformed item, a name that is not an input, a rank or static dim that disagrees.
+        UsageError: malformed item, a name that is not an input, a rank or static dim that disagrees.
     """
     specs = {name: dims for name, _, dims in input_specs(model)}
     shapes = {}
     for item in items or []:
         name, sep, text = item.partition("=")
         if not sep or not name:
-            raise BadInput(f"{option} '{item}' is not NAME=SHAPE, e.g. {option} images=1x3x640x640")
+            raise UsageError(f"{option} '{item}' is not NAME=SHAPE, e.g. {option} images=1x3x640x640")
         if name not in specs:
             listed = ", ".join(f"{n} {fmt_dims(d)}" for n, d in specs.items())
-            raise BadInput(f"{option} '{item}': the model has no input named '{name}'; inputs are: {listed}")
+            raise UsageError(f"{option} '{item}': the model has no input named '{name}'; inputs are: {listed}")
         shape = parse_shape(text)
         dims = specs[name]
         if len(shape) != len(dims):
-            raise BadInput(f"{option} '{item}': input '{name}' has rank {len(dims)} {fmt_dims(dims)}, not {len(shape)}")
+            raise UsageError(f"{option} '{item}': input '{name}' has rank {len(dims)} {fmt_dims(dims)}, not {len(shape)}")
         for axis, (want, got) in enumerate(zip(dims, shape)):
             if isinstance(want, int) and want != got:
-                raise BadInput(f"{option} '{item}': input '{name}' axis {axis} is fixed to {want} in the model")
+                raise UsageError(f"{option} '{item}': input '{name}' axis {axis} is fixed to {want} in the model")
         shapes[name] = shape
     return shapes
 

@@ -18,7 +18,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from surgery.fix_dims import check_claims, infer, rename_input_symbols
-from surgery.modelio import BadInput, FixFailed
+from core.errors import CheckFailed, UsageError
 from surgery.probe import conflicts, declared, drop_shape_claims, neutral, observe, probe_feeds
 from surgery.run import compare_outputs, open_session, random_array, try_run
 
@@ -27,16 +27,16 @@ def old_batch(model: ir.Model) -> int | None:
     """The static batch (axis 0) shared by all inputs, None when it is symbolic.
 
     Raises:
-        BadInput: inputs disagree on a static batch, or an input is a scalar.
+        UsageError: inputs disagree on a static batch, or an input is a scalar.
     """
     batches = set()
     for value in model.graph.inputs:
         if value.shape is None or len(value.shape) == 0:
-            raise BadInput(f"input '{value.name}' has no axis 0 to batch; set-batch needs a batch axis on every input")
+            raise UsageError(f"input '{value.name}' has no axis 0 to batch; set-batch needs a batch axis on every input")
         dim = value.shape[0]
         batches.add(dim if isinstance(dim, int) else None)
     if len(batches) > 1 and None not in batches:
-        raise BadInput(f"inputs have different static batches {sorted(batches)}; set-batch needs one batch")
+        raise UsageError(f"inputs have different static batches {sorted(batches)}; set-batch needs one batch")
     return next(iter(batches)) if len(batches) == 1 else None
 
 
@@ -73,7 +73,7 @@ def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[
         (new model, report with the changes and the probe batch).
 
     Raises:
-        FixFailed: the model does not run at its old batch even without shape claims.
+        CheckFailed: the model does not run at its old batch even without shape claims.
     """
     before = old_batch(model)
     probe_batch = before or 1
@@ -83,7 +83,7 @@ def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[
     names = list(declared(model)) + [n.inputs[0].name for n in model.graph if n.op_type == "Reshape"]
     real, _, error = observe(model, feeds, names)
     if real is None:
-        raise FixFailed(f"the model fails at its batch {probe_batch} even without shape claims: {error}")
+        raise CheckFailed(f"the model fails at its batch {probe_batch} even without shape claims: {error}")
     new = model.clone()
     reshapes = _reshape_leading_batch(new, real, probe_batch)
     renamed = rename_input_symbols(new, real, {c["symbol"] for c in conflicts(declared(model), real)})

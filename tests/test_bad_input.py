@@ -8,7 +8,7 @@ import pytest
 from builders import vision
 from runtime import __main__ as runtime_cli
 from runtime import contract
-from runtime.errors import UsageError
+from core.errors import UsageError
 from tests.conftest import single_error
 
 

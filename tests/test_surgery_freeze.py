@@ -7,7 +7,7 @@ import pytest
 from surgery import examples as ex
 from surgery.cli import main
 from surgery.freeze import freeze, non_static, verify
-from surgery.modelio import FixFailed
+from core.errors import CheckFailed
 from surgery.probe import probe_feeds
 
 
@@ -27,7 +27,7 @@ def test_symbolic_batch_frozen_at_4():
 
 def test_nonzero_cannot_be_frozen():
     model = ir.from_proto(ex.nonzero_model())
-    with pytest.raises(FixFailed, match="NonZero 'where'"):
+    with pytest.raises(CheckFailed, match="NonZero 'where'"):
         freeze(model, {}, probe_feeds(model, {}))
 
 

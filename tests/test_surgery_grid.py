@@ -7,7 +7,7 @@ import onnx_ir as ir
 import pytest
 
 from surgery.grid import Emitter, Grid, Mono, parse_grid
-from surgery.modelio import BadInput
+from core.errors import UsageError
 from surgery.run import run
 
 
@@ -32,7 +32,7 @@ def test_quantities_of_a_uniform_and_a_mixed_grid():
 
 @pytest.mark.parametrize("bad", [["1,22"], ["1,21,30"], ["0,22,30"]])
 def test_bad_grid(bad):
-    with pytest.raises(BadInput):
+    with pytest.raises(UsageError):
         parse_grid(bad, 2)
 
 

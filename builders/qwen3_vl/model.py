@@ -12,7 +12,7 @@ from builders import checkpoint as ckpt
 from builders.config import ModelConfig
 from builders.qwen3_vl import grid
 from builders.qwen3_vl.patcher import BIAS_KWARG, packed_attention
-from runtime.errors import UsageError
+from core.errors import UsageError
 
 # Where the vision tower lives in a Qwen3VLForConditionalGeneration state dict (transformers 5 layout
 # first, then the flat layout of older saves).

@@ -1,0 +1,57 @@
+"""Errors and exit codes, shared by every command.
+
+Exit 0: done. Exit 1: a check failed (validation, parity, verification) — `CheckFailed`.
+Exit 2: bad input — `UsageError`. Either prints exactly one `error: ...` line on stderr, with the
+cause in that line, and no traceback.
+"""
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input the user must fix (unknown model, bad option, unreadable file, ...): exit code 2."""
+
+
+class CheckFailed(Exception):
+    """A check on the result failed (parity, validation, verification); nothing was written: exit code 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad options as one `error:` line (with a --help hint) and exit code 2."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: inner newlines become ' | ', surrounding blanks go."""
+    return " | ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def main_wrapper(body: Callable[[], int]) -> int:
+    """Run a command's body; map UsageError to exit 2 and CheckFailed to exit 1 with one `error:` line.
+
+    MemoryError is reported as bad input too (the request was larger than the machine), and
+    KeyboardInterrupt as an interrupted run (exit 130); both without a traceback.
+    """
+    logging.getLogger("onnx_ir").setLevel(logging.ERROR)
+    try:
+        return body()
+    except UsageError as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except CheckFailed as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return EXIT_FAILED
+    except MemoryError:
+        print("error: out of memory: the request needs more memory than this machine has; use smaller "
+              "inputs (fewer patches or images)", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return 130

@@ -1,0 +1,217 @@
+"""Loading and saving ONNX models: one external-data rule, one IR-version rule, clear errors.
+
+`read_proto` checks what usually goes wrong before any work starts (missing, empty or truncated file,
+not ONNX, an IR version ONNX Runtime cannot read, external weights missing or short) and raises
+`UsageError` with one line saying what is wrong and how to fix it.
+
+External data: a model whose weights exceed `EXTERNAL_DATA_THRESHOLD` (or whose source kept them
+outside) is written as `NAME` + `NAME.data`; nothing is ever serialised whole in memory past that size,
+so models over protobuf's 2 GiB limit (the 8B tower, 2.3 GB) save and load on every path.
+IR version: files are written with `ir_version <= MAX_IR_VERSION`; inputs newer than
+`ORT_MAX_IR_VERSION` are refused on load, naming both versions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from core.errors import UsageError
+
+#: Above this many bytes of weights a model is written with external data (`model.onnx.data`).
+EXTERNAL_DATA_THRESHOLD = 512 * 1024 * 1024
+#: The IR version every stage writes (at most): what the whole toolchain reads.
+MAX_IR_VERSION = 10
+#: The highest IR version ONNX Runtime 1.31 loads ("Unsupported model IR version: 14, max supported 13").
+ORT_MAX_IR_VERSION = 13
+MODEL_FILE = "model.onnx"
+
+
+def model_path(path: str | os.PathLike) -> Path:
+    """`path` itself if it is a file, else `path/model.onnx`; UsageError when neither exists."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / MODEL_FILE
+    if not path.is_file():
+        raise UsageError(f"input model {path} not found (give a model.onnx file or a stage folder holding one)")
+    return path
+
+
+def read_proto(path: str | os.PathLike) -> onnx.ModelProto:
+    """Parse the graph of `path` (a file or stage folder) without its external weights, after checking
+    the file, the IR version and that every external weight is present and long enough."""
+    path = model_path(path)
+    size = path.stat().st_size
+    if size == 0:
+        raise UsageError(f"{path} is empty (0 bytes); give a complete .onnx file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError, OSError) as exc:
+        raise UsageError(f"{path} is not an ONNX model ({size} bytes that do not parse as ONNX protobuf: "
+                         f"truncated or another format); give a complete .onnx file") from exc
+    if not proto.HasField("graph") or proto.ir_version <= 0 or not (proto.graph.node or proto.graph.output):
+        raise UsageError(f"{path} is not an ONNX model (no graph or IR version); give a complete .onnx file")
+    if proto.ir_version > ORT_MAX_IR_VERSION:
+        raise UsageError(f"{path} has IR version {proto.ir_version} but ONNX Runtime {_ort_version()} reads at "
+                         f"most {ORT_MAX_IR_VERSION}; re-save it with a lower ir_version (e.g. onnx.save after "
+                         f"setting model.ir_version = {MAX_IR_VERSION})")
+    _check_external_data(proto, path)
+    return proto
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    base = path.parent
+    for tensor in all_tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        file = base / location
+        if not location or not file.is_file():
+            raise UsageError(
+                f"{path}: weight '{tensor.name}' is stored in external file '{location}', which is missing "
+                f"from {base}/; copy the .data file that came with the model next to it")
+        if not file.resolve().is_relative_to(base.resolve()):
+            raise UsageError(
+                f"{path}: external file '{location}' resolves (through a link) to {file.resolve()}, outside "
+                f"{base}/; copy the file there instead of linking it")
+        if file.stat().st_nlink > 1:
+            raise UsageError(
+                f"{path}: external file '{location}' has {file.stat().st_nlink} hard links, which onnx-ir refuses "
+                "to read (a guard against link attacks); give the model its own copy of the file")
+        end = int(info.get("offset", 0)) + int(info.get("length", 0))
+        if file.stat().st_size < end:
+            raise UsageError(
+                f"{path}: external file '{location}' is truncated ({file.stat().st_size} bytes, weight "
+                f"'{tensor.name}' needs {end}); copy it again from the source")
+
+
+def all_tensors(graph: onnx.GraphProto):
+    """Every TensorProto of `graph`: initializers and tensor attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from all_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from all_tensors(sub)
+
+
+def load(path: str | os.PathLike, in_memory: bool = False) -> ir.Model:
+    """Load `path` (a file or stage folder) as an onnx-ir model, checked by `read_proto`.
+
+    External weights stay memory-mapped unless `in_memory` (needed when the model is serialised away
+    from its folder). Nodes are sorted topologically (passes clone graphs, which needs that order).
+    """
+    path = model_path(path)
+    read_proto(path)
+    try:
+        model = ir.load(str(path))
+        if in_memory:
+            model = ir.external_data.load_to_model(model)
+    except (OSError, ValueError, DecodeError) as err:
+        raise UsageError(f"{path} is not a readable ONNX model ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    model.graph.sort()
+    return model
+
+
+def has_external_data(path: str | os.PathLike) -> bool:
+    """Whether the model file at `path` keeps any weight in an external file."""
+    proto = onnx.load(str(model_path(path)), load_external_data=False)
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(proto.graph))
+
+
+def weight_bytes(model: ir.Model) -> int:
+    """Total bytes of the initializers of the main graph."""
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+def save(model: ir.Model, path: str | os.PathLike, external: bool | None = None) -> dict[str, int]:
+    """Write `model` to `path` at IR version <= MAX_IR_VERSION; weights go to `<name>.data` beside it
+    when `external` (None: when they exceed EXTERNAL_DATA_THRESHOLD). Returns {file name: bytes}."""
+    path = Path(path)
+    model.ir_version = min(model.ir_version, MAX_IR_VERSION)
+    if external is None:
+        external = weight_bytes(model) > EXTERNAL_DATA_THRESHOLD
+    data = path.with_name(path.name + ".data")
+    if external:
+        ir.save(model, str(path), external_data=data.name, size_threshold_bytes=1024)
+    else:
+        ir.save(model, str(path))
+    return file_sizes(path)
+
+
+def save_proto(proto: onnx.ModelProto, path: str | os.PathLike) -> dict[str, int]:
+    """Write a ModelProto (the torch exporters' output) with the same rules as `save`."""
+    path = Path(path)
+    proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
+    weights = sum(t.ByteSize() for t in proto.graph.initializer)
+    if weights > EXTERNAL_DATA_THRESHOLD:
+        data = path.with_name(path.name + ".data")
+        onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data.name, size_threshold=1024)
+    else:
+        onnx.save_model(proto, str(path))
+    return file_sizes(path)
+
+
+def file_sizes(model_file: str | os.PathLike) -> dict[str, int]:
+    """{name: bytes} of a model file and its external data file (if any)."""
+    model_file = Path(model_file)
+    files = [model_file, model_file.with_name(model_file.name + ".data")]
+    return {f.name: f.stat().st_size for f in files if f.exists()}
+
+
+def copy_model(src: str | os.PathLike, dst_dir: Path, name: str) -> Path:
+    """Copy the model file `src` and its external data into `dst_dir` as `name` (+ `name`.data).
+
+    A single external data file is renamed to `<name>.data` (the references are rewritten); with
+    several files each keeps its relative name.
+    """
+    src = Path(src)
+    proto = onnx.load(str(src), load_external_data=False)
+    external = [t for t in all_tensors(proto.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    locations = sorted({e.value for t in external for e in t.external_data if e.key == "location"})
+    if len(locations) == 1:
+        shutil.copyfile(src.parent / locations[0], dst_dir / f"{name}.data")
+        for tensor in external:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = f"{name}.data"
+        onnx.save(proto, str(dst_dir / name))
+        return dst_dir / name
+    for location in locations:
+        target = dst_dir / location
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src.parent / location, target)
+    shutil.copyfile(src, dst_dir / name)
+    return dst_dir / name
+
+
+def metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The model's metadata_props, read (after `read_proto`'s checks) without loading weights."""
+    return {p.key: p.value for p in read_proto(path).metadata_props}
+
+
+def write_json(path: str | os.PathLike, data: dict) -> None:
+    """Write `data` as indented JSON to `path` (through a temporary file and a rename)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)

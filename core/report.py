@@ -1,0 +1,60 @@
+"""Stage reports: `report.json` in every stage folder, self-contained (I/O contract, tolerance,
+validation layouts, per-case results), so no stage reads a sibling's report."""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import time
+from pathlib import Path
+
+from core.errors import UsageError
+from core.onnx_io import write_json
+from core.staging import REPORT
+
+
+def read_beside(model_file: str | Path) -> dict:
+    """The report.json beside a model file ({} when there is none); UsageError when it is unreadable."""
+    path = Path(model_file).with_name(REPORT)
+    if not path.exists():
+        return {}
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{path} is not a readable JSON report ({err}); fix it or remove it") from None
+    if not isinstance(report, dict):
+        raise UsageError(f"{path} is not a stage report (a JSON object); fix it or remove it")
+    return report
+
+
+def write(folder: str | Path, report: dict) -> None:
+    write_json(Path(folder) / REPORT, report)
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, MiB (Linux ru_maxrss is in KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries that made an artifact (torch and transformers only if loaded)."""
+    import sys
+
+    import numpy
+    import onnx
+    import onnxruntime
+
+    found = {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,
+             "python": platform.python_version()}
+    for name in ("onnx_ir", "onnxscript", "torch", "transformers"):
+        module = sys.modules.get(name)
+        if module is not None:
+            found[name] = getattr(module, "__version__", "?")
+    return found
+
+
+def footer(timings: dict[str, float]) -> dict:
+    """The closing fields of every report: timings, peak RSS, versions, creation time."""
+    return {"timings_s": timings, "peak_rss_mib": peak_rss_mib(), "versions": versions(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -1,0 +1,117 @@
+"""The ONNX Runtime CPU session every stage runs models with, and ORT errors as one readable line."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
+
+from core import onnx_io
+from core.errors import UsageError
+
+ort.set_default_logger_severity(3)  # errors reach the user through exceptions, not ORT's log
+
+#: What ORT raises when a model fails to load or run (its own types do not derive from RuntimeError).
+ORT_ERRORS = (RuntimeError, ValueError) + tuple(
+    getattr(_ort_state, name) for name in (
+        "Fail", "InvalidArgument", "RuntimeException", "NotImplemented", "InvalidGraph", "NoSuchFile",
+        "InvalidProtobuf", "ModelLoaded", "NoModel", "EPFail", "EngineError",
+    ) if hasattr(_ort_state, name)
+)
+
+
+def ort_error_line(exc: BaseException) -> str:
+    """The useful part of an ORT error on one line: the failing node and the message, never cut.
+
+    '[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...)
+    Unsupported model IR version: 14, max supported IR version: 13' -> 'Unsupported model IR version: 14, ...'
+    """
+    text = " ".join(str(exc).split())
+    where = re.search(r"while running (\S+) node\. Name:'([^']*)'", text)
+    message = re.split(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", text)[-1]
+    message = re.sub(r"^Non-zero status code returned while running \S+ node\. Name:'[^']*' Status Message: ", "",
+                     message)
+    message = _strip_source_location(message)
+    prefix = ""
+    if where:
+        prefix = f"{where.group(1)} node '{where.group(2)}': " if where.group(2) else f"{where.group(1)} node: "
+    return prefix + message
+
+
+def _strip_source_location(message: str) -> str:
+    """Drop a leading '/onnxruntime_src/file.cc:N [function(signature)] ' from an ORT message."""
+    match = re.match(r"^/onnxruntime_src/\S+:\d+ ", message)
+    if not match:
+        return message
+    rest = message[match.end():]
+    function = re.match(r"^[\w:~<>,* &]+\(", rest)
+    if function:  # skip the signature up to its matching parenthesis
+        depth = 0
+        for i, char in enumerate(rest):
+            depth += char == "("
+            depth -= char == ")"
+            if depth == 0 and char == ")":
+                return rest[i + 1:].lstrip(" :")
+    return rest
+
+
+def _options(threads: int | None) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: int | None = None
+                 ) -> ort.InferenceSession:
+    """A CPU session for a model file, an onnx-ir model or a ModelProto (`threads`: intra-op, None = all).
+
+    An in-memory model is written to a temporary folder first (external data when large, so nothing is
+    serialised whole past protobuf's limit; ORT cannot resolve external data of in-memory bytes).
+    A model ORT refuses raises UsageError with ORT's reason on one line.
+    """
+    options = _options(threads)
+    try:
+        if isinstance(src, (ir.Model, onnx.ModelProto)):
+            with tempfile.TemporaryDirectory(prefix="vision-onnx-session-") as tmp:
+                path = Path(tmp) / onnx_io.MODEL_FILE
+                if isinstance(src, ir.Model):
+                    onnx_io.save(src, path)
+                else:
+                    onnx_io.save_proto(src, path)
+                options.add_session_config_entry("session.use_ort_model_bytes_directly", "0")
+                return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+    except ORT_ERRORS as exc:
+        name = "the model" if isinstance(src, (ir.Model, onnx.ModelProto)) else str(src)
+        raise UsageError(f"ONNX Runtime cannot load {name}: {ort_error_line(exc)}") from None
+
+
+@contextlib.contextmanager
+def session(src, threads: int | None = None) -> Iterator[ort.InferenceSession]:
+    """`open_session` as a context manager (the session is released on exit)."""
+    sess = open_session(src, threads)
+    try:
+        yield sess
+    finally:
+        del sess
+
+
+def run(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output of one run, by name, in the graph's output order."""
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def output_names(sess: ort.InferenceSession) -> list[str]:
+    return [o.name for o in sess.get_outputs()]

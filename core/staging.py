@@ -1,0 +1,234 @@
+"""Stage output that never loses a user's file: checked before the work starts, written to a temp
+folder beside OUT, moved into place only when everything succeeded.
+
+Rules (one place for every stage):
+- OUT may not be IN, hold IN, sit inside IN's stage folder, or be the working folder or one of its parents.
+- An existing OUT is replaced only when it is a previous output of the same stage (its `report.json`
+  says so); anything else is refused unless the user passes `--force`.
+- A stage whose OUT is a single model file (surgery's `OUT.onnx`) never touches files of another
+  stage beside it: a `report.json` there that another stage wrote is refused even with `--force`.
+- Whether OUT can be written is found out before the work starts, not after it.
+- On any error the temp folder, and any parent folder this run created, are removed: nothing new is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from core.errors import UsageError
+
+REPORT = "report.json"
+
+
+def _real(path: str | os.PathLike) -> Path:
+    return Path(os.path.realpath(os.path.abspath(path)))
+
+
+def stage_of(folder: Path) -> str | None:
+    """The `stage` recorded in `folder/report.json`, or None when there is no readable report."""
+    try:
+        return json.loads((folder / REPORT).read_text()).get("stage")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _check_not_input(out: Path, inputs: Sequence[str | os.PathLike], folder_output: bool = True) -> None:
+    """Refuse an OUT that is the working folder (or a parent of it), or that would replace or contain an input.
+
+    A folder OUT may not be IN, IN's folder, inside a folder IN, or hold IN; a file OUT may not be IN
+    or IN's external data file (a sibling file in IN's folder is fine).
+    """
+    cwd = _real(Path.cwd())
+    if out == cwd or out in cwd.parents:
+        raise UsageError(f"OUT {out} is the working folder or one of its parents; writing there would replace "
+                         "it: give a new folder for OUT")
+    for given in inputs:
+        src = _real(given)
+        if folder_output:
+            folder = src if src.is_dir() else src.parent
+            clash = out == src or out == folder or folder in out.parents or out in src.parents
+        else:
+            clash = out == src or out in src.parents or out == src.with_name(src.name + ".data")
+        if clash:
+            where = src if src.is_dir() else src.parent
+            raise UsageError(f"OUT {out} would overwrite or contain the input {given}: give an OUT outside "
+                             f"{where}" if folder_output else f"OUT {out} is the input {given} (or its data): "
+                             "give another file name")
+
+
+def _check_writable(out: Path) -> None:
+    """Find the nearest existing parent of `out` and prove a folder can be created there."""
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"cannot write OUT {out}: {parent} is a file, not a folder; choose another OUT")
+    try:
+        Path(tempfile.mkdtemp(prefix=".write-check.", dir=parent)).rmdir()
+    except OSError as exc:
+        raise UsageError(f"cannot write OUT {out}: {parent} is not writable ({exc.strerror}); "
+                         "choose another OUT") from None
+
+
+def check_folder_output(out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
+                        force: bool = False) -> Path:
+    """Check OUT, a stage folder, before any work; returns its absolute path. UsageError with the reason."""
+    given = Path(out)
+    if given.suffix == ".onnx":
+        raise UsageError(f"OUT {given} names a .onnx file, but the {stage} stage writes a folder "
+                         f"(model.onnx + report.json): give a folder, e.g. {given.with_suffix('')}")
+    out = _real(given)
+    _check_not_input(out, inputs)
+    if out.exists():
+        if not out.is_dir():
+            raise UsageError(f"OUT {given} exists and is a file; the {stage} stage writes a folder: "
+                             "give a new folder")
+        previous = stage_of(out)
+        if previous != stage and any(out.iterdir()) and not force:
+            what = f"the output of the {previous} stage" if previous else "not an output of this tool"
+            raise UsageError(f"OUT {given} exists and is {what}; refusing to replace it: give a new folder, "
+                             "or --force to replace it")
+    _check_writable(out)
+    return out
+
+
+def check_file_output(out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
+                      force: bool = False, report: str | os.PathLike | None = None) -> Path:
+    """Check OUT, a single model file (+ `OUT.data`, + `report.json` beside it unless `report` is given)."""
+    given = Path(out)
+    out = _real(given)
+    if out.is_dir():
+        raise UsageError(f"OUT {given} is a folder; give the output model's file name, e.g. {given}/model.onnx")
+    _check_not_input(out, inputs, folder_output=False)
+    beside = out.parent / REPORT
+    owner = stage_of(out.parent) if beside.exists() else None
+    if report is None and beside.exists() and owner != stage:
+        what = f"the {owner} stage's report.json" if owner else "a report.json this stage did not write"
+        raise UsageError(f"{out.parent} holds {what}, which OUT would replace; write OUT into another folder "
+                         "or give --report PATH")
+    for target in (out, out.with_name(out.name + ".data")):
+        if target.exists() and owner != stage and not force:
+            raise UsageError(f"{target} exists and is not an earlier output of the {stage} stage; refusing to "
+                             "replace it: choose another OUT, or --force to replace it")
+    if report is not None:
+        _check_not_input(_real(report), inputs, folder_output=False)
+        if _real(report) in (out, out.with_name(out.name + ".data")):
+            raise UsageError(f"--report {report} is the output model's own file; give another path")
+        if Path(report).exists() and stage_of_file(Path(report)) != stage and not force:
+            raise UsageError(f"--report {report} exists and is not a {stage} report; choose another path, "
+                             "or --force to replace it")
+        _check_writable(_real(report))
+    _check_writable(out)
+    return out
+
+
+def stage_of_file(report: Path) -> str | None:
+    try:
+        return json.loads(report.read_text()).get("stage")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def _created_parents(path: Path) -> Iterator[None]:
+    """Create `path`'s missing parents; remove the ones this created (if still empty) on error."""
+    missing = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _publish(tmp: Path) -> None:
+    tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary folder
+    for file in tmp.rglob("*"):
+        file.chmod(0o755 if file.is_dir() else 0o644)
+
+
+@contextlib.contextmanager
+def staged_folder(out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
+                  force: bool = False) -> Iterator[Path]:
+    """Yield a temp folder beside OUT; on success it becomes OUT (checked by `check_folder_output`),
+    on error it is removed and OUT is untouched."""
+    out = check_folder_output(out, stage, inputs, force)
+    with _created_parents(out):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            yield tmp
+            _publish(tmp)
+            replace_folder(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def replace_folder(new: Path, out: Path) -> None:
+    """Move the finished folder `new` to `out`, replacing an old `out` only after `new` is in place."""
+    if not out.exists():
+        new.rename(out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+    old.rmdir()
+    out.rename(old)
+    try:
+        new.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def keep_rejected(tmp: Path, out: Path, stage: str) -> Path:
+    """Copy a finished-but-rejected output to `OUT.rejected/` for inspection (same replace rules as OUT)."""
+    rejected = out.with_name(out.name + ".rejected")
+    if rejected.exists() and (not rejected.is_dir() or stage_of(rejected) != stage):
+        raise UsageError(f"{rejected} exists and is not a rejected {stage} output; the rejected model was "
+                         "not kept (move that folder away)")
+    copy = Path(tempfile.mkdtemp(prefix=f".{rejected.name}.", dir=out.parent))
+    shutil.copytree(tmp, copy, dirs_exist_ok=True)
+    _publish(copy)
+    replace_folder(copy, rejected)
+    return rejected
+
+
+class StagedFile:
+    """A temp folder beside a single-file OUT (+ `OUT.data`, + report); `commit()` moves the files into
+    place, the model last so it never points at missing data. Without `commit()` nothing appears."""
+
+    def __init__(self, out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
+                 force: bool = False, report: str | os.PathLike | None = None):
+        self.out = check_file_output(out, stage, inputs, force, report)
+        self.report_path = _real(report) if report is not None else self.out.parent / REPORT
+        self._parents = _created_parents(self.out)
+        self._parents.__enter__()
+        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        self.model_path = self.dir / self.out.name
+
+    def __enter__(self) -> StagedFile:
+        return self
+
+    def commit(self, report: dict) -> None:
+        """Move every staged file beside OUT and write `report` (JSON) to the report path."""
+        self.report_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp_report = self.dir / ".report.json"
+        tmp_report.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        files = sorted((f for f in self.dir.iterdir() if f != tmp_report), key=lambda p: p == self.model_path)
+        for file in files:
+            file.chmod(0o644)
+            os.replace(file, self.out.parent / file.name)
+        tmp_report.chmod(0o644)
+        os.replace(tmp_report, self.report_path)
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self._parents.__exit__(*exc)
