@@ -1,0 +1,187 @@
+"""`python -m bench.sweep --model qwen3-vl`: fp32 against the INT8 and INT4 options, to choose by measurement.
+
+Every point is a stage built from build/NAME/optimized with the stage's own command-line flags
+(`python -m quantize int8|int4 ... FLAGS`, into build/NAME/sweep/LABEL/; rebuilt only when the
+optimized model or the flags changed). Per point: latency (one thread, one 448x448 image, medians of
+`--reps` rounds interleaved across all points, same input), file size, and the worst per-token cosine
+against fp32 from the stage's report, on the random weights and on the outlier-stress weights (a
+few residual channels 20-100x larger, `quantize/outliers.py`).
+The best INT8 point is the fastest that meets both accuracy targets (else the one meeting the most);
+the best INT4 point the fastest, ties within 5% going to the more accurate. Writes
+bench/results/sweep-NAME.json, sweep.md (sweep-NAME.md for other models) and sweep-NAME.png.
+Torch-free; needs `make export MODEL=NAME` (or any build/NAME/optimized stage) first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+from bench import sweep_report
+from bench.machine import machine
+from bench.timing import grid_for, interleaved, load_average, pixels
+from core.session import open_session
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SIZE = (448, 448)
+#: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
+POINTS = [
+    ("int8 dynamic per-channel, no exclusion", "int8", ["--method", "dynamic", "--outliers", "report"]),
+    ("int8 dynamic per-channel", "int8", ["--method", "dynamic", "--outliers", "exclude"]),
+    ("int8 dynamic per-tensor", "int8", ["--method", "dynamic", "--per-tensor", "--outliers", "exclude"]),
+    ("int8 nbits b32 sym a4", "int8", ["--method", "nbits", "--block-size", "32", "--symmetric",
+                                       "--accuracy-level", "4", "--outliers", "exclude"]),
+    ("int8 nbits b128 sym a4", "int8", ["--method", "nbits", "--block-size", "128", "--symmetric",
+                                        "--accuracy-level", "4", "--outliers", "exclude"]),
+] + [
+    (f"int4 b{block} {'sym' if sym else 'asym'} a{level}", "int4",
+     ["--block-size", str(block), "--symmetric" if sym else "--asymmetric", "--accuracy-level", str(level),
+      "--outliers", "report"])
+    for block in (32, 128) for sym in (True, False) for level in (0, 4)
+]
+FP32 = "fp32 (optimized)"
+TARGETS = {"token_cosine": 0.999, "stress_token_cosine": 0.99, "int8_speedup": 2.5}
+
+
+def say(message: str) -> None:
+    print(f"[sweep] {message}", flush=True)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-vl")
+    parser.add_argument("--reps", type=int, default=3, help="timed rounds over all points (default 3)")
+    parser.add_argument("--only", action="append", default=[], metavar="LABEL",
+                        help="sweep only the points whose label contains this (repeatable)")
+    parser.add_argument("--build", type=Path, default=ROOT / "build")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    return parser.parse_args(argv)
+
+
+def fingerprint(model_file: Path, flags: list[str]) -> str:
+    """Changes when the fp32 model's files or the flags change (size and mtime, not content: cheap)."""
+    stats = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(model_file.parent.glob("model.onnx*"))]
+    return hashlib.sha256(json.dumps([stats, flags]).encode()).hexdigest()[:16]
+
+
+def folder_name(label: str) -> str:
+    return label.replace(" ", "-").replace(",", "")
+
+
+def build_points(root: Path, points: list[tuple]) -> list[dict]:
+    """Build (or reuse) every point's stage folder; [{label, stage, flags, folder, report | error}]."""
+    from quantize import __main__ as quantize_cli  # the stages' own command, exactly as make runs it
+
+    optimized = root / "optimized" / "model.onnx"
+    index_file = root / "sweep" / "index.json"
+    index = json.loads(index_file.read_text()) if index_file.exists() else {}
+    built = []
+    for label, stage, flags in points:
+        folder = root / "sweep" / folder_name(label)
+        key = fingerprint(optimized, [stage, *flags])
+        report = folder / "report.json"
+        if index.get(label) != key or not report.exists():
+            say(f"building {folder}: python -m quantize {stage} {optimized.parent} {folder} {' '.join(flags)}")
+            start = time.perf_counter()
+            code = quantize_cli.main([stage, str(optimized.parent), str(folder), *flags, "--force"])
+            if code != 0:
+                built.append({"label": label, "stage": stage, "flags": flags, "error": f"exit {code}"})
+                index.pop(label, None)
+                continue
+            index[label] = key
+            index_file.parent.mkdir(parents=True, exist_ok=True)
+            index_file.write_text(json.dumps(index, indent=1) + "\n")
+            say(f"built {label} in {time.perf_counter() - start:.0f} s")
+        built.append({"label": label, "stage": stage, "flags": flags, "folder": str(folder),
+                      "report": json.loads(report.read_text())})
+    return built
+
+
+def summary(point: dict) -> dict:
+    """The table's fields of one built point, from its stage report."""
+    report = point["report"]
+    stress = report.get("outlier_stress") or {}
+    excluded = [n for n in report["fp32_weight_nodes"] if n["reason"].startswith("excluded")]
+    return {"label": point["label"], "stage": point["stage"], "flags": point["flags"], "folder": point["folder"],
+            "mib": sum(report["files"].values()) / 2**20,
+            "token_cosine": report["validation"]["min_token_cosine"],
+            "cosine": report["validation"]["min_cosine"],
+            "stress_token_cosine": (stress.get("validation") or {}).get("min_token_cosine"),
+            "quantized_nodes": report["quantized_nodes"], "fp32_matmuls_excluded": len(excluded)}
+
+
+def choose(rows: list[dict]) -> dict:
+    """{"int8": label, "int4": label, "rule": ...} by the module docstring's rule."""
+    def meets(r):
+        return ((r["token_cosine"] or 0) >= TARGETS["token_cosine"]) + \
+               ((r["stress_token_cosine"] or 0) >= TARGETS["stress_token_cosine"])
+    int8 = [r for r in rows if r["stage"] == "int8"]
+    int4 = [r for r in rows if r["stage"] == "int4"]
+    best = {"rule": ("INT8: the fastest point meeting min per-token cosine >= "
+                     f"{TARGETS['token_cosine']} (random weights) and >= {TARGETS['stress_token_cosine']} "
+                     "(outlier stress), else the one meeting the most; INT4: the fastest point, ties within 5% "
+                     "to the higher min per-token cosine")}
+    if int8:
+        best["int8"] = min(int8, key=lambda r: (-meets(r), r["median_s"]))["label"]
+    if int4:
+        fastest = min(r["median_s"] for r in int4)
+        near = [r for r in int4 if r["median_s"] <= 1.05 * fastest]
+        best["int4"] = max(near, key=lambda r: r["token_cosine"])["label"]
+    return best
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.disable(logging.INFO)
+    root = args.build / args.model
+    optimized = root / "optimized" / "model.onnx"
+    if not optimized.exists():
+        print(f"error: {optimized} not found: run `make export MODEL={args.model}` first")
+        return 2
+    points = [p for p in POINTS if not args.only or any(o in p[0] for o in args.only)]
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    built = build_points(root, points)
+    failed = [p for p in built if "error" in p]
+    rows = [{"label": FP32, "stage": "fp32", "flags": [], "folder": str(optimized.parent),
+             "mib": sum(f.stat().st_size for f in optimized.parent.glob("model.onnx*")) / 2**20,
+             "token_cosine": 1.0, "cosine": 1.0, "stress_token_cosine": 1.0, "quantized_nodes": 0,
+             "fp32_matmuls_excluded": 0}] + [summary(p) for p in built if "error" not in p]
+    grid = grid_for(*SIZE)
+    feed = pixels(grid)
+    load_start = load_average()
+    say(f"timing {len(rows)} points at {SIZE[0]}x{SIZE[1]} ({grid}), one thread, {args.reps} interleaved rounds")
+    sessions = {r["label"]: open_session(Path(r["folder"]) / "model.onnx", 1) for r in rows}
+    timed = interleaved({label: (lambda s=s: s.run(None, feed)) for label, s in sessions.items()}, args.reps)
+    del sessions
+    gc.collect()
+    for r in rows:
+        r.update(timed[r["label"]])
+        r["speedup"] = timed[FP32]["median_s"] / r["median_s"]
+        say(f"  {r['label']:45s} {r['median_s']:.3f} s  {r['speedup']:.2f}x  {r['mib']:.0f} MiB  "
+            f"cos/token {r['token_cosine']:.5f}  stress {r['stress_token_cosine'] or float('nan'):.5f}")
+    result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "grid_thw": grid, "threads": 1,
+              "reps": args.reps, "weights": "random (seed 0) and outlier stress", "targets": TARGETS,
+              "machine": machine(), "started": started, "load_average_start": load_start,
+              "load_average_end": load_average(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+              "rows": rows, "failed": failed, "best": choose(rows)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"sweep-{args.model}"
+    md_name = "sweep.md" if args.model == "qwen3-vl" else f"{stem}.md"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / md_name).write_text(sweep_report.markdown(result, f"{stem}.png"))
+    sweep_report.plot(result, args.out / f"{stem}.png")
+    say(f"best INT8: {result['best'].get('int8')}; best INT4: {result['best'].get('int4')}")
+    say(f"wrote {args.out}/{stem}.json, {md_name}, {stem}.png")
+    if failed:
+        say(f"failed points: {', '.join(p['label'] for p in failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""Torch-free timing helpers shared by the benchmarks: inputs for a size, interleaved medians, load."""
+
+import os
+import time
+
+import numpy as np
+
+from runtime.layouts import random_pixels, smart_resize
+
+PATCH_DIM = 1536  # 3 channels x temporal patch 2 x 16 x 16
+
+
+def grid_for(height: int, width: int) -> list[list[int]]:
+    """grid_thw [[1, h, w]] (patches) of one image of `height` x `width` as the Qwen processor resizes it."""
+    h, w = smart_resize(height, width, 32)
+    return [[1, h // 16, w // 16]]
+
+
+def pixels(grid: list[list[int]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random pixel_values [sum(t*h*w), 1536] and grid_thw int64 [num_images, 3] for `grid`, as an ORT feed."""
+    values, g = random_pixels(grid, PATCH_DIM, np.random.default_rng(seed))
+    return {"pixel_values": values, "grid_thw": g}
+
+
+def interleaved(runners: dict, reps: int) -> dict[str, dict]:
+    """Warm each runner once, then `reps` rounds over all runners; {label: {median_s, times_s}}."""
+    for run in runners.values():
+        run()
+    times = {label: [] for label in runners}
+    for _ in range(reps):
+        for label, run in runners.items():
+            start = time.perf_counter()
+            run()
+            times[label].append(time.perf_counter() - start)
+    return {label: {"median_s": float(np.median(t)), "times_s": [round(x, 4) for x in t]} for label, t in times.items()}
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]

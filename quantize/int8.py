@@ -1,0 +1,49 @@
+"""The int8 stage: weight INT8 of every MatMul with a constant weight, by one of two methods.
+
+- `dynamic` (default per-channel): ONNX Runtime `quantize_dynamic` -> DynamicQuantizeLinear +
+  MatMulInteger (fused by ORT into DynamicQuantizeMatMul at load): W int8 per output column, each
+  activation tensor x [N, K] quantized at run time to uint8 with one scale for the whole tensor.
+- `nbits`: com.microsoft.MatMulNBits with bits=8: W int8 in blocks of `block_size` along K; with
+  accuracy level 4 the kernel quantizes x to int8 per block of K (one scale per token and block), so
+  an outlier channel only costs its own block its resolution.
+The report (quantize.weight_stage) has the per-output, per-layout accuracy against fp32, sizes, the
+nodes left fp32 and the outlier-stress check, whose failing MatMuls stay fp32 (`--outliers exclude`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from core.errors import UsageError
+from quantize import outlier_check, quantizers, weight_stage
+
+METHODS = ("dynamic", "nbits")
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+ACCURACY_LEVELS = (0, 1, 2, 3, 4)
+
+
+def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symmetric: bool = True,
+              accuracy_level: int = 4) -> tuple[outlier_check.Quantizer, dict]:
+    """(file -> file quantizer, the options that matter for `method`) after checking them."""
+    if method == "dynamic":
+        return partial(quantizers.dynamic, per_channel=per_channel), {"method": method, "per_channel": per_channel}
+    if method != "nbits":
+        raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
+    if block_size not in BLOCK_SIZES:
+        raise UsageError(f"--block-size must be one of {', '.join(map(str, BLOCK_SIZES))}, got {block_size}")
+    if accuracy_level not in ACCURACY_LEVELS:
+        raise UsageError(f"--accuracy-level must be one of 0..4 (0: fp32 compute, 4: int8), got {accuracy_level}")
+    fn = partial(quantizers.matmul_nbits, bits=8, block_size=block_size, symmetric=symmetric,
+                 accuracy_level=accuracy_level)
+    return fn, {"method": method, "bits": 8, "block_size": block_size, "symmetric": symmetric,
+                "accuracy_level": accuracy_level}
+
+
+def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel: bool = True, block_size: int = 32,
+        symmetric: bool = True, accuracy_level: int = 4, exclude: list[str] | None = None,
+        outliers: str = "exclude", target: float = outlier_check.DEFAULT_TARGET, threads: int = 0,
+        force: bool = False) -> dict:
+    """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+    fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level)
+    return weight_stage.run("int8", path, out, config, fn, exclude or [], threads, outliers, target, force)

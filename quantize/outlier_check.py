@@ -1,0 +1,175 @@
+"""The outlier-stress check of a weight-quantization stage, and the MatMuls it shows must stay fp32.
+
+On the outlier-stress copy of the input (`quantize.outliers`: residual channels scaled 20-100x):
+1. sensitivity: each quantizable MatMul alone, quantized by the stage's own quantizer as a one-node
+   model and fed its fp32 input from the stressed model at the probe layout; its output is compared
+   with the fp32 MatMul's (min per-token cosine). The lowest cosines are the MatMuls whose inputs the
+   quantizer cannot represent.
+2. exclusion (mode "exclude"): the whole stressed model is quantized leaving the k most sensitive
+   MatMuls fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
+   at the probe layout reaches the target; then bisected down to the smallest such k.
+3. validation: the stressed model quantized with the final exclusions, at every validation layout.
+Mode "report" does 1 and 3 with no exclusion. The caller applies the exclusions to the real model.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from core import onnx_io
+from core import parity as metrics
+from core.progress import say, step
+from core.session import open_session
+from quantize import outliers, parity, quantizers
+
+#: Quantizer signature: (model file in, model file out, names of the MatMuls to leave fp32).
+Quantizer = Callable[[Path, Path, list[str]], None]
+DEFAULT_TARGET = 0.99
+MODES = ("exclude", "report", "off")
+PROBE_CASE = "export example"
+
+
+def probe_index(layouts: list[dict]) -> int:
+    """The layout the search runs at: the export example (two images) when present, else the first."""
+    return next((i for i, lay in enumerate(layouts) if lay["case"] == PROBE_CASE), 0)
+
+
+def make_stressed(src: Path, dst: Path) -> dict:
+    """Write the outlier-stress copy of `src` to `dst`; returns `outliers.stress`'s record."""
+    model = onnx_io.load(src, in_memory=True)
+    record = outliers.stress(model)
+    onnx_io.save(model, dst)
+    return record
+
+
+def _token_cosine(session, feed: dict, reference: list[np.ndarray]) -> float:
+    got = session.run(None, feed)
+    return min(metrics.min_token_cosine(g, r) for g, r in zip(got, reference))
+
+
+def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, threads: int) -> list[dict]:
+    """[{node, weight, shape, min_token_cosine}] of every quantizable MatMul alone, most sensitive first.
+
+    The MatMul inputs x [tokens, K] come from one fp32 run of `model_file` at `feed`; each one-node model
+    MatMul(x, W [K, M]) goes through `quantize` and is compared with x @ W in fp32 (numpy).
+    """
+    model = onnx_io.load(model_file)
+    nodes = quantizers.quantizable(model)
+    taps = {n.inputs[0].name for n, _ in nodes}
+    proto = onnx.load(str(model_file), load_external_data=False)
+    proto.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in sorted(taps))
+    tapped = work / "tapped.onnx"
+    onnx_io.save_proto(proto, tapped)  # the weights stay in model_file's data file: copy it beside
+    _link_data(model_file, tapped)
+    session = open_session(tapped, threads)
+    names = [o.name for o in session.get_outputs()]
+    values = dict(zip(names, session.run(None, feed)))
+    del session
+    records = []
+    for node, weight_name in nodes:
+        x = values[node.inputs[0].name]
+        weight = node.inputs[1].const_value.numpy()
+        one = _one_matmul(node.name, x.shape[-1], weight)
+        src, dst = work / "one.onnx", work / "one-q.onnx"
+        onnx_io.save_proto(one, src)
+        quantize(src, dst, [])
+        got = open_session(dst, threads).run(None, {"x": x})[0]
+        ref = x @ weight
+        records.append({"node": node.name, "weight": weight_name, "shape": list(weight.shape),
+                        "min_token_cosine": metrics.min_token_cosine(got.reshape(-1, got.shape[-1]),
+                                                                     ref.reshape(-1, ref.shape[-1]))})
+    return sorted(records, key=lambda r: r["min_token_cosine"])
+
+
+def _link_data(model_file: Path, copy: Path) -> None:
+    """Make the external data of `model_file` (if any) readable beside `copy` under the same name."""
+    proto = onnx.load(str(model_file), load_external_data=False)
+    for location in {e.value for t in onnx_io.all_tensors(proto.graph) for e in t.external_data if e.key == "location"}:
+        target = copy.parent / location
+        if not target.exists():
+            target.symlink_to((model_file.parent / location).resolve())
+
+
+def _one_matmul(name: str, k: int, weight: np.ndarray) -> onnx.ModelProto:
+    node = helper.make_node("MatMul", ["x", "W"], ["y"], name=name)
+    graph = helper.make_graph([node], "one_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", weight.shape[1]])],
+                              [numpy_helper.from_array(weight, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=onnx_io.MAX_IR_VERSION)
+
+
+def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[str], feed: dict,
+           reference: list[np.ndarray], target: float, work: Path, threads: int) -> tuple[int, list[dict]]:
+    """Smallest k such that leaving `ranked[:k]` fp32 (plus `skip`) reaches `target` at the probe.
+
+    Returns (k, trials [{excluded, min_token_cosine}]); k = len(ranked) when nothing reaches it.
+    """
+    trials: dict[int, float] = {}
+
+    def trial(k: int) -> float:
+        if k not in trials:
+            out = work / f"trial-{k}.onnx"
+            quantize(stressed, out, skip + ranked[:k])
+            trials[k] = _token_cosine(open_session(out, threads), feed, reference)
+            for f in work.glob(f"trial-{k}.onnx*"):
+                f.unlink()
+            say(f"  outlier stress: {k} MatMul(s) fp32 -> min per-token cosine {trials[k]:.5f}")
+        return trials[k]
+
+    k, last_bad = 0, -1
+    while trial(k) < target and k < len(ranked):
+        last_bad = k
+        k = min(len(ranked), max(1, 2 * k))
+    if trials[k] >= target:
+        low, high = last_bad, k  # trial(low) < target <= trial(high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            if trial(mid) >= target:
+                high = mid
+            else:
+                low = mid
+        k = high
+    return k, [{"excluded": n, "min_token_cosine": c} for n, c in sorted(trials.items())]
+
+
+def run(fp32_file: Path, quantize: Quantizer, skip: list[str], layouts: list[dict], inputs: list[dict],
+        mode: str, target: float, threads: int, timings: dict) -> dict:
+    """The check's report section; its `excluded` lists the MatMuls to leave fp32 in the real model."""
+    with tempfile.TemporaryDirectory(prefix="outlier-stress-", dir=fp32_file.parent) as tmp:
+        work = Path(tmp)
+        stressed = work / "stressed.onnx"
+        with step("outlier stress: scale residual channels of a copy of the input", timings):
+            record = make_stressed(fp32_file, stressed)
+        with step("outlier stress: fp32 outputs at the validation layouts", timings):
+            reference = parity.run_all(open_session(stressed, threads), inputs)
+        probe = probe_index(layouts)
+        with step("outlier stress: sensitivity of each MatMul alone", timings):
+            ranked = sensitivity(stressed, quantize, inputs[probe], work, threads)
+        excluded: list[str] = []
+        trials: list[dict] = []
+        if mode == "exclude":
+            with step(f"outlier stress: MatMuls to keep fp32 for min per-token cosine >= {target}", timings):
+                k, trials = search(stressed, quantize, [r["node"] for r in ranked if r["node"] not in skip], skip,
+                                   inputs[probe], reference[probe], target, work, threads)
+                excluded = [r["node"] for r in ranked if r["node"] not in skip][:k]
+        with step("outlier stress: quantized vs fp32 at the validation layouts", timings):
+            final = work / "final.onnx"
+            quantize(stressed, final, skip + excluded)
+            cases = parity.check(open_session(final, threads), layouts, inputs, reference, tolerance=None)
+    worst = metrics.worst(cases)
+    return {
+        "how": ("residual-stream channels scaled in every weight that writes the stream (quantize/outliers.py); "
+                "the stressed model quantized the same way, compared with its own fp32 outputs"),
+        "channels": record["channels"], "factors": record["factors"], "hidden": record["hidden"],
+        "writers_scaled": len(record["writers"]), "not_traced": record["not_traced"],
+        "mode": mode, "target_min_token_cosine": target, "probe_case": layouts[probe]["case"],
+        "sensitivity": ranked, "search": trials, "excluded": excluded,
+        "validation": {"reference": "outlier-stress fp32 model in ONNX Runtime", **worst, "cases": cases},
+        "met": worst["min_token_cosine"] is not None and worst["min_token_cosine"] >= target,
+    }

@@ -1,0 +1,81 @@
+"""The weight quantizers the int4 and int8 stages call: model file in, quantized model file out.
+
+Both take the MatMul nodes with a constant 2-D weight W [K, M] (`quantizable`) and leave the nodes
+named in `skip` fp32.
+- `matmul_nbits`: MatMul(x, W) -> com.microsoft.MatMulNBits(x, packed W, scales[, zero points]), W in
+  `bits` (4 or 8) per weight, quantized in blocks of `block_size` along K (symmetric: no zero points).
+  accuracy_level 4: ORT quantizes the activations to int8 per block of K inside the kernel; 0: fp32.
+- `dynamic`: ONNX Runtime's `quantize_dynamic` (MatMul only): W int8 per output column (per_channel)
+  or per tensor; at run time DynamicQuantizeLinear quantizes each activation tensor to uint8 with ONE
+  scale and zero point, MatMulInteger multiplies, ORT fuses the chain into DynamicQuantizeMatMul.
+Files, not in-memory protos, so the 8B tower (2.3 GB, past protobuf's 2 GiB) goes through as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+from core import onnx_io
+
+WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
+#: The op each quantizer leaves in place of a quantized MatMul (what the reports count).
+QUANTIZED_OPS = ("MatMulNBits", "MatMulInteger", "DynamicQuantizeMatMul")
+
+
+def weight_nodes(model: ir.Model) -> list[tuple[ir.Node, str]]:
+    """(node, weight name) of every MatMul / Gemm / Conv whose input 1 is a constant of rank >= 2."""
+    found = []
+    for node in model.graph:
+        if node.op_type in WEIGHT_OPS and node.domain == "" and len(node.inputs) > 1 and node.inputs[1] is not None:
+            weight = node.inputs[1]
+            if weight.const_value is not None and len(weight.const_value.shape) >= 2:
+                found.append((node, weight.name))
+    return found
+
+
+def quantizable(model: ir.Model) -> list[tuple[ir.Node, str]]:
+    """The MatMul nodes with a constant 2-D weight (what both quantizers quantize)."""
+    return [(n, w) for n, w in weight_nodes(model)
+            if n.op_type == "MatMul" and len(n.inputs[1].const_value.shape) == 2]
+
+
+def matmul_nbits(src: Path, dst: Path, skip: list[str], bits: int, block_size: int, symmetric: bool,
+                 accuracy_level: int) -> None:
+    """`src` -> `dst` with MatMulNBits (`bits` 4 or 8) in place of the MatMuls not in `skip`."""
+    proto = onnx.load(str(src))
+    quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=block_size, is_symmetric=symmetric,
+                                     accuracy_level=accuracy_level, nodes_to_exclude=list(skip),
+                                     op_types_to_quantize=("MatMul",))
+    del proto
+    quantizer.process()
+    onnx_io.save_proto(quantizer.model.model, dst)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence quantize_dynamic's root-logger warning ("consider pre-processing") for one call."""
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(before)
+
+
+def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool) -> None:
+    """`src` -> `dst` through `quantize_dynamic` (MatMul only, int8 weights), nodes in `skip` left fp32."""
+    with tempfile.TemporaryDirectory(prefix="int8-dynamic-", dir=dst.parent) as tmp, _quiet():
+        out = Path(tmp) / "model.onnx"
+        quantize_dynamic(src, out, op_types_to_quantize=["MatMul"], per_channel=per_channel,
+                         weight_type=QuantType.QInt8, nodes_to_exclude=list(skip),
+                         use_external_data_format=onnx_io.has_external_data(src),
+                         extra_options={"MatMulConstBOnly": True})
+        onnx_io.save_proto(onnx.load(str(out)), dst)

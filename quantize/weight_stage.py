@@ -1,0 +1,110 @@
+"""What the int4 and int8 stages share: quantize IN's MatMuls, check against fp32, write OUT + report.
+
+The report gives, per validation layout and per output, cosine, min per-token cosine and max abs
+diff against the fp32 input; the file sizes; the weight-bearing nodes left fp32 and why; and the
+outlier-stress check (`quantize.outlier_check`): the same quantization of a copy of the input whose
+residual stream has a few channels 20-100x larger, with (mode "exclude") the MatMuls it shows must
+stay fp32 — those are then left fp32 in OUT too.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from core import onnx_io
+from core import parity as metrics
+from core import report as reports
+from core.errors import UsageError
+from core.progress import say, step
+from core.session import open_session
+from core.staging import check_folder_output, staged_folder
+from quantize import outlier_check, parity, quantizers, stage
+
+
+def excluded(nodes: list[tuple], patterns: list[str]) -> list[str]:
+    """Names of the nodes whose name or weight name matches (re.search) one of `patterns`."""
+    compiled = []
+    for p in patterns:
+        try:
+            compiled.append(re.compile(p))
+        except re.error as err:
+            raise UsageError(f"--exclude {p!r} is not a valid regular expression: {err}") from None
+    return [n.name for n, w in nodes if any(c.search(n.name) or c.search(w) for c in compiled)]
+
+
+def no_matmul_error(model) -> UsageError:
+    gemms = sum(1 for n in model.graph if n.op_type == "Gemm")
+    hint = (f"it has {gemms} Gemm node(s), which the quantizers do not take: run `python -m quantize optimize` "
+            "first" if gemms else "nothing to quantize")
+    return UsageError(f"the model has no MatMul with a constant 2-D weight ({hint})")
+
+
+def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quantize: outlier_check.Quantizer,
+        exclude: list[str], threads: int, outliers: str, target: float = outlier_check.DEFAULT_TARGET,
+        force: bool = False) -> dict:
+    """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
+
+    `config` (the stage's options) goes into the report as is. `outliers`: "exclude", "report" or "off".
+    """
+    if outliers not in outlier_check.MODES:
+        raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
+    if not 0 < target <= 1:
+        raise UsageError(f"--stress-target must be in (0, 1], got {target}")
+    check_folder_output(out, stage_name, [path], force)
+    timings: dict[str, float] = {}
+    with step("load the input and run it at the validation layouts", timings):
+        source = stage.read_input(path, threads)
+    stage.name_nodes(source.model)
+    nodes = quantizers.quantizable(source.model)
+    if not nodes:
+        raise no_matmul_error(source.model)
+    skip = excluded(nodes, exclude)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{stage_name}-work-", dir=out.parent) as tmp:
+        fp32_file = Path(tmp) / "fp32.onnx"
+        onnx_io.save(source.model, fp32_file)  # with every node named: exclusions go by name
+        del source.model
+        stress = None
+        if outliers != "off":
+            stress = outlier_check.run(fp32_file, quantize, skip, source.layouts, source.inputs, outliers, target,
+                                       threads, timings)
+        stress_skip = stress["excluded"] if stress else []
+        with staged_folder(out, stage_name, [path], force) as staged:
+            model_file = staged / "model.onnx"
+            with step(f"quantize ({', '.join(f'{k} {v}' for k, v in config.items())})", timings):
+                quantize(fp32_file, model_file, skip + stress_skip)
+            with step("compare with fp32 at the validation layouts", timings):
+                cases = parity.check(open_session(model_file, threads), source.layouts, source.inputs,
+                                     source.reference, tolerance=None)
+            model = onnx_io.load(model_file)
+            reason = {**{n: "excluded (--exclude)" for n in skip}, **{n: "excluded (outlier stress)" for n in stress_skip}}
+            fp32 = [{"node": n.name, "op": n.op_type, "weight": w, "shape": list(n.inputs[1].const_value.shape),
+                     "reason": reason.get(n.name, "not a MatMul" if n.op_type != "MatMul" else "left by the quantizer")}
+                    for n, w in quantizers.weight_nodes(model)]
+            files = onnx_io.file_sizes(model_file)
+            input_files = onnx_io.file_sizes(source.path)
+            worst = metrics.worst(cases)
+            report = {
+                **stage.report_header(stage_name, source),
+                "config": {**config, "exclude": exclude, "outliers": outliers},
+                "quantized_nodes": sum(1 for n in model.graph if n.op_type in quantizers.QUANTIZED_OPS),
+                "fp32_weight_nodes": fp32,
+                "op_counts": stage.op_counts(model),
+                "validation": {"reference": "fp32 input model in ONNX Runtime", **worst, "cases": cases},
+                "outlier_stress": stress,
+                "files": files,
+                "input_files": input_files,
+                "size_ratio": sum(files.values()) / sum(input_files.values()),
+                **stage.report_footer(timings),
+            }
+            del model
+            reports.write(staged, report)
+    stress_line = (f"; outlier stress: min per-token cosine {stress['validation']['min_token_cosine']:.5f} "
+                   f"({len(stress_skip)} MatMul(s) kept fp32 for it)" if stress else "")
+    say(f"wrote {out}/model.onnx: {report['quantized_nodes']} quantized MatMul(s), {len(fp32)} weight node(s) fp32, "
+        f"{sum(files.values()) / 2**20:.1f} MiB ({100 * report['size_ratio']:.1f}% of fp32); vs fp32: min per-token "
+        f"cosine {worst['min_token_cosine']:.5f}, max abs diff {worst['max_abs']:.3g}{stress_line}")
+    return report
