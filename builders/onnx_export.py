@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
+import onnx.inliner
 import torch
 
-# Above this many bytes of weights the model is saved with external data (`model.onnx.data`).
-EXTERNAL_DATA_THRESHOLD = 512 * 1024 * 1024
 
 
 @dataclass
@@ -44,7 +43,7 @@ def export_torchscript(module: torch.nn.Module, args: tuple, spec: IOSpec, opset
             opset_version=opset,
             do_constant_folding=True,
         )
-    return onnx.load_from_string(buffer.getvalue())
+    return inline_functions(onnx.load_from_string(buffer.getvalue()))
 
 
 def export_dynamo(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int) -> onnx.ModelProto:
@@ -67,8 +66,23 @@ def export_dynamo(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int
             output_names=spec.output_names,
             opset_version=opset,
             optimize=True,
+            custom_translation_table=getattr(module, "onnx_translation_table", None),
         )
     return onnx_program.model_proto
+
+
+def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Inline model-local functions (TorchScript keeps an onnxscript symbolic as one), keeping the
+    opset imports their bodies need, so that both exporters emit the same nodes."""
+    if not model.functions:
+        return model
+    needed = {o.domain: o.version for f in model.functions for o in f.opset_import}
+    own = {f.domain for f in model.functions}
+    model = onnx.inliner.inline_local_functions(model)
+    imports = {o.domain: o.version for o in model.opset_import if o.domain not in own}
+    del model.opset_import[:]
+    model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in {**needed, **imports}.items() if d not in own)
+    return model
 
 
 def name_io_dims(model: onnx.ModelProto, spec: IOSpec) -> None:
@@ -97,15 +111,3 @@ def set_metadata(model: onnx.ModelProto, metadata: dict[str, str]) -> None:
     for key, value in metadata.items():
         prop = existing.get(key) or model.metadata_props.add()
         prop.key, prop.value = key, str(value)
-
-
-def save_model(model: onnx.ModelProto, path: Path) -> list[Path]:
-    """Save `model` to `path`; weights go to `path.name + '.data'` beside it when large. Returns files."""
-    large = sum(len(t.raw_data) for t in model.graph.initializer) > EXTERNAL_DATA_THRESHOLD
-    if large:
-        data = path.with_name(path.name + ".data")
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data.name, size_threshold=1024)
-        return [path, data]
-    onnx.save_model(model, str(path))
-    return [path]

@@ -6,10 +6,7 @@ inspection, OUT is left untouched), 2 on bad input.
 """
 
 import argparse
-import json
 import platform
-import resource
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,20 +17,24 @@ import torch
 import transformers
 
 from builders import onnx_export, validate
+from core import onnx_io
 from builders.config import load_config
 from builders.qwen3_vl import family as qwen3_vl
-from runtime import contract, session
-from core.errors import UsageError
-from runtime.files import staged_dir
+from core import report as reports
+from core import session
+from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.progress import say, step
+from core.staging import check_folder_output, keep_rejected, staged_folder
+from runtime import contract
 
+STAGE = "export"
 FAMILIES = {"qwen3-vl": qwen3_vl}
 EXPORTERS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
 OPSETS = {"torchscript": (17, 20), "dynamo": (18, 23)}  # inclusive ranges each exporter handles
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m builders.vision", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m builders.vision", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-vl", help="a config name in configs/ (default: qwen3-vl = qwen3-vl-2b)")
     parser.add_argument("--config", help="a config YAML file instead of --model")
     parser.add_argument("--checkpoint", help="save_pretrained folder (or hub id) of a Qwen3VLForConditionalGeneration")
@@ -43,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--example-grid", action="append", metavar="T,H,W",
                         help="an image of the export example, repeatable (default: the config's)")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing --out folder that is not an earlier export")
     return parser.parse_args(argv)
 
 
@@ -55,6 +58,7 @@ def parse_grid(items: list[str]) -> np.ndarray:
 
 def export(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
+    check_folder_output(args.out, STAGE, force=args.force)  # before any work
     config = load_config(None if args.config else args.model, args.config)
     if config.family not in FAMILIES:
         raise UsageError(f"config {config.path}: unknown family {config.family!r}; known: {', '.join(FAMILIES)}")
@@ -76,7 +80,7 @@ def export(args: argparse.Namespace) -> int:
 
     with step(f"export through {exporter} (opset {opset}, example grid {grid.tolist()})", timings, "export"):
         model = EXPORTERS[exporter](fam.export_module(visual), example, spec, opset)
-    peak_export = peak_rss_mib()
+    peak_export = reports.peak_rss_mib()
     onnx_export.name_io_dims(model, spec)
     onnx_export.set_metadata(model, {
         "model": config.name, "exporter": exporter, "weights": origin["weights"],
@@ -84,14 +88,14 @@ def export(args: argparse.Namespace) -> int:
     })
 
     out = Path(args.out)
-    with staged_dir(out) as tmp:
+    with staged_folder(out, STAGE, force=args.force) as tmp:
         with step("save", timings, "save"):
-            files = onnx_export.save_model(model, tmp / "model.onnx")
+            files = onnx_io.save_proto(model, tmp / "model.onnx")
             del model
         cases = fam.validation_cases(visual, grid, args.seed)
         with step(f"validate against eager PyTorch ({len(cases)} cases)", timings, "validate"):
             sess = session.open_session(tmp / "model.onnx")
-            records = validate.validate(lambda pv, g: session.run(sess, {"pixel_values": pv, "grid_thw": g}),
+            records = validate.validate(lambda pv, g: sess.run(None, {"pixel_values": pv, "grid_thw": g}),
                                         fam.reference(visual), cases, spec.output_names, config.tolerance)
         passed = all(r["ok"] for r in records)
         report = {
@@ -107,45 +111,26 @@ def export(args: argparse.Namespace) -> int:
             "outputs": spec.output_names,
             "tolerance": config.tolerance,
             "validation": {"passed": passed, "cases": records},
-            "files": {f.name: f.stat().st_size for f in files},
+            "files": files,
             "timings_s": timings,
-            "peak_rss_mib": {"load_and_export": peak_export, "total": peak_rss_mib()},
+            "peak_rss_mib": {"load_and_export": peak_export, "total": reports.peak_rss_mib()},
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "onnx": onnx.__version__, "python": platform.python_version()},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
-        (tmp / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        reports.write(tmp, report)
         if not passed:
-            rejected = out.with_name(out.name + ".rejected")
-            shutil.rmtree(rejected, ignore_errors=True)
-            shutil.copytree(tmp, rejected)
+            rejected = keep_rejected(tmp, Path(args.out).resolve(), STAGE)
             failed = [r["case"] for r in records if not r["ok"]]
-            raise ValidationFailed(f"{len(failed)} validation case(s) exceed tolerance: {', '.join(failed)}; "
+            raise CheckFailed(f"{len(failed)} validation case(s) exceed tolerance: {', '.join(failed)}; "
                                    f"model and report kept in {rejected}")
-    say(f"wrote {out}/model.onnx ({sum(report['files'].values()) / 2**20:.1f} MiB), {out}/report.json; "
+    say(f"wrote {out}/model.onnx ({sum(files.values()) / 2**20:.1f} MiB), {out}/report.json; "
         f"{len(records)} validation cases passed")
     return 0
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident memory so far, MiB (Linux ru_maxrss is in KiB)."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-class ValidationFailed(Exception):
-    """The exported model disagrees with eager PyTorch: exit 1."""
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        return export(args)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except ValidationFailed as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    return main_wrapper(lambda: export(parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -178,22 +178,24 @@ def file_sizes(model_file: str | os.PathLike) -> dict[str, int]:
     return {f.name: f.stat().st_size for f in files if f.exists()}
 
 
-def copy_model(src: str | os.PathLike, dst_dir: Path, name: str) -> Path:
+def copy_model(src: str | os.PathLike, dst_dir: Path, name: str, data_name: str | None = None) -> Path:
     """Copy the model file `src` and its external data into `dst_dir` as `name` (+ `name`.data).
 
-    A single external data file is renamed to `<name>.data` (the references are rewritten); with
-    several files each keeps its relative name.
+    A single external data file is renamed to `data_name` (default `<name>.data`; release packages
+    use transformers.js' `<name>_data`) and the references are rewritten; with several files each
+    keeps its relative name.
     """
+    data_name = data_name or f"{name}.data"
     src = Path(src)
     proto = onnx.load(str(src), load_external_data=False)
     external = [t for t in all_tensors(proto.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
     locations = sorted({e.value for t in external for e in t.external_data if e.key == "location"})
     if len(locations) == 1:
-        shutil.copyfile(src.parent / locations[0], dst_dir / f"{name}.data")
+        shutil.copyfile(src.parent / locations[0], dst_dir / data_name)
         for tensor in external:
             for entry in tensor.external_data:
                 if entry.key == "location":
-                    entry.value = f"{name}.data"
+                    entry.value = data_name
         onnx.save(proto, str(dst_dir / name))
         return dst_dir / name
     for location in locations:
@@ -215,3 +217,16 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    """Serialise with weights inline, for tools that take a ModelProto (ORT's optimizer and quantizers).
+
+    Only for models under protobuf's 2 GiB limit: UsageError past it, never a protobuf traceback.
+    """
+    if weight_bytes(model) >= 2**31 - 2**24:
+        raise UsageError(f"the model has {weight_bytes(model) / 2**30:.2f} GiB of weights, past protobuf's 2 GiB "
+                         "limit for an in-memory model; this step cannot take it")
+    proto = ir.serde.serialize_model(model)
+    proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
+    return proto

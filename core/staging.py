@@ -232,3 +232,39 @@ class StagedFile:
     def __exit__(self, *exc) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
         self._parents.__exit__(*exc)
+
+
+def check_result_file(out: str | os.PathLike, inputs: Sequence[str | os.PathLike] = (), force: bool = False,
+                      suffix: str | None = None, ours=None) -> Path:
+    """Check a single result file OUT (e.g. embeddings.npz) before any work; returns its absolute path.
+
+    Refused: a folder, an input file, a wrong suffix, an existing file that `ours(path)` does not
+    recognise as an earlier result of the same command (unless `force`), an unwritable place.
+    """
+    given = Path(out)
+    if suffix and given.suffix != suffix:
+        raise UsageError(f"OUT {given} must end in {suffix}")
+    real = _real(given)
+    if real.is_dir():
+        raise UsageError(f"OUT {given} is a folder; give a file name, e.g. {given / ('out' + (suffix or ''))}")
+    _check_not_input(real, inputs, folder_output=False)
+    if real.exists() and not force and not (ours is not None and ours(real)):
+        raise UsageError(f"OUT {given} exists and is not an earlier result of this command; refusing to replace "
+                         "it: choose another OUT, or --force to replace it")
+    _check_writable(real)
+    return real
+
+
+@contextlib.contextmanager
+def staged_file(out: Path) -> Iterator[Path]:
+    """Yield a temp path beside `out` (same suffix); on success it replaces `out`, on error it is removed."""
+    out = Path(out)
+    with _created_parents(out):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            path = tmp / out.name
+            yield path
+            path.chmod(0o644)
+            os.replace(path, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -11,14 +11,7 @@ import sys
 from pathlib import Path
 
 from quantize import int4, optimize, stage
-from core.errors import UsageError
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that reports bad input as one line and exit code 2."""
-
-    def error(self, message: str):
-        raise UsageError(f"{message} (see python -m quantize {{optimize,int4}} --help)")
+from core.errors import Parser, UsageError, main_wrapper
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -30,6 +23,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         sub.add_argument("input", type=Path, metavar="IN", help="model.onnx or a stage folder")
         sub.add_argument("out", type=Path, metavar="OUT", help="output stage folder")
         sub.add_argument("--threads", type=int, default=0, help="ORT intra-op threads for the checks (0: all)")
+        sub.add_argument("--force", action="store_true",
+                         help="replace an existing OUT that is not an earlier output of this stage")
     opt.add_argument("--skip", action="append", default=[], choices=list(optimize.PASSES),
                      help="leave out a pass (repeatable), e.g. --skip rotary")
     int4_cmd.add_argument("--block-size", type=int, default=32, choices=int4.BLOCK_SIZES,
@@ -50,20 +45,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.INFO)  # onnxscript / ORT log every rewrite and quantized node at INFO
-    try:
+
+    def body() -> int:
         args = parse_args(argv)
         if args.command == "optimize":
-            optimize.run(args.input, args.out, set(args.skip), args.threads)
+            optimize.run(args.input, args.out, set(args.skip), args.threads, force=args.force)
         else:
             int4.run(args.input, args.out, args.block_size, args.symmetric, args.accuracy_level,
-                     args.exclude, args.threads)
+                     args.exclude, args.threads, force=args.force)
         return 0
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except stage.ParityFailed as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+
+    return main_wrapper(body)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,11 @@ import onnx
 import onnx_ir as ir
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from quantize import model_io, parity, stage
+from core import onnx_io, report as reports
+from core.staging import check_folder_output, staged_folder
+from quantize import parity, stage
 from core.progress import say, step
 from core.errors import UsageError
-from runtime.files import staged_dir
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
@@ -63,23 +64,27 @@ def quantize(model: ir.Model, block_size: int, symmetric: bool, accuracy_level: 
                 f"optimize` first" if gemms else "nothing to quantize")
         raise UsageError(f"the model has no MatMul with a constant 2-D weight ({hint})")
     skip = excluded(nodes, exclude)
-    proto = model_io.to_proto(model)
+    if len(skip) == len(nodes):
+        raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(nodes)} MatMul(s): nothing would be "
+                         "quantized; narrow the pattern")
+    proto = onnx_io.to_proto(model)
     quantizer = MatMulNBitsQuantizer(proto, block_size=block_size, is_symmetric=symmetric,
                                      accuracy_level=accuracy_level, nodes_to_exclude=skip,
                                      op_types_to_quantize=("MatMul",))
     quantizer.process()
     result = quantizer.model.model
-    result.ir_version = min(result.ir_version, model_io.MAX_IR_VERSION)
+    result.ir_version = min(result.ir_version, onnx_io.MAX_IR_VERSION)
     return result, skip
 
 
 def run(path: str | Path, out: Path, block_size: int, symmetric: bool, accuracy_level: int,
-        exclude: list[str], threads: int) -> dict:
+        exclude: list[str], threads: int, force: bool = False) -> dict:
     """`python -m quantize int4`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
     if block_size not in BLOCK_SIZES:
         raise UsageError(f"--block-size must be one of {', '.join(map(str, BLOCK_SIZES))}, got {block_size}")
     if accuracy_level not in ACCURACY_LEVELS:
         raise UsageError(f"--accuracy-level must be one of 0..4 (0: fp32 compute, 4: int8), got {accuracy_level}")
+    check_folder_output(out, "int4", [path], force)  # before any work
     timings: dict[str, float] = {}
     with step("load the input and run it at the validation layouts", timings):
         source = stage.read_input(path, threads)
@@ -92,14 +97,14 @@ def run(path: str | Path, out: Path, block_size: int, symmetric: bool, accuracy_
     fp32 = [{"node": n.name, "op": n.op_type, "weight": w, "shape": list(n.inputs[1].const_value.shape),
              "reason": "excluded" if n.name in skipped else "not a MatMul" if n.op_type != "MatMul"
              else "left by the quantizer"} for n, w in weight_nodes(model)]
-    with staged_dir(out) as tmp:
+    with staged_folder(out, "int4", [path], force) as tmp:
         with step("save", timings):
-            files = model_io.save(model, tmp / "model.onnx")
+            files = onnx_io.save(model, tmp / "model.onnx")
         with step("compare with fp32 at the validation layouts", timings):
             cases = parity.check(parity.open_session(tmp / "model.onnx", threads), source.layouts,
                                  source.inputs, source.reference, tolerance=None)
         max_abs, cosine = parity.worst(cases)
-        input_files = model_io.file_sizes(source.path)
+        input_files = onnx_io.file_sizes(source.path)
         report = {
             **stage.report_header("int4", source),
             "config": {"block_size": block_size, "symmetric": symmetric, "accuracy_level": accuracy_level,
@@ -114,7 +119,7 @@ def run(path: str | Path, out: Path, block_size: int, symmetric: bool, accuracy_
             "size_ratio": sum(files.values()) / sum(input_files.values()),
             **stage.report_footer(timings),
         }
-        model_io.write_report(tmp, report)
+        reports.write(tmp, report)
     say(f"wrote {out}/model.onnx: {report['quantized_nodes']} MatMulNBits, {len(fp32)} weight node(s) fp32, "
         f"{sum(files.values()) / 2**20:.1f} MiB ({100 * report['size_ratio']:.1f}% of fp32); "
         f"vs fp32: min cosine {cosine:.5f}, max abs diff {max_abs:.3g}")

@@ -16,7 +16,11 @@ from pathlib import Path
 import onnx_ir as ir
 import onnxscript.optimizer
 
-from quantize import model_io, parity, stage
+from core import onnx_io
+from core import report as reports
+from core.errors import CheckFailed
+from core.staging import check_folder_output, staged_folder
+from quantize import parity, stage
 from quantize.passes import (
     gemm_to_matmul,
     ort_transformer,
@@ -26,7 +30,6 @@ from quantize.passes import (
     static_dims,
 )
 from core.progress import say, step
-from runtime.files import staged_dir
 
 
 def _ort(model: ir.Model) -> tuple[ir.Model, dict]:
@@ -74,13 +77,15 @@ def optimize(source: stage.StageInput, skip: set[str], threads: int,
             f"layouts: max abs diff {max_abs:.2e}, min cosine {cosine:.8f}")
         if not record["ok"]:
             failed = [c["case"] for c in cases if not c["ok"]]
-            raise stage.ParityFailed(f"pass {key!r} ({title}) breaks parity at {', '.join(failed)} "
+            raise CheckFailed(f"pass {key!r} ({title}) breaks parity at {', '.join(failed)} "
                                      f"(max abs diff {max_abs:.3g}); rerun with --skip {key}")
     return model, records
 
 
-def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: bool = True) -> dict:
+def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: bool = True,
+        force: bool = False) -> dict:
     """`python -m quantize optimize`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+    check_folder_output(out, "optimize", [path], force)  # before any work
     timings: dict[str, float] = {}
     with step("load the input and run it at the validation layouts", timings):
         source = stage.read_input(path, threads)
@@ -88,9 +93,9 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: b
     model, records = optimize(source, skip, threads, check_each)
     stage.name_nodes(model)
     model.producer_name, model.producer_version = "vlm-vision-onnx.quantize", "optimize"
-    with staged_dir(out) as tmp:
+    with staged_folder(out, "optimize", [path], force) as tmp:
         with step("save", timings):
-            files = model_io.save(model, tmp / "model.onnx")
+            files = onnx_io.save(model, tmp / "model.onnx")
         with step("validate the saved model", timings):
             cases = parity.check(parity.open_session(tmp / "model.onnx", threads), source.layouts,
                                  source.inputs, source.reference, source.tolerance)
@@ -103,12 +108,12 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: b
             "validation": {"reference": "input model in ONNX Runtime", "passed": all(c["ok"] for c in cases),
                            "cases": cases},
             "files": files,
-            "input_files": model_io.file_sizes(source.path),
+            "input_files": onnx_io.file_sizes(source.path),
             **stage.report_footer(timings),
         }
-        model_io.write_report(tmp, report)
+        reports.write(tmp, report)
         if not report["validation"]["passed"]:
-            raise stage.ParityFailed("the saved model fails parity (see the pass records)")
+            raise CheckFailed("the saved model fails parity (see the pass records)")
     fused = {k: v for k, v in report["op_counts"].items() if k.startswith("com.microsoft")}
     say(f"wrote {out}/model.onnx ({sum(files.values()) / 2**20:.1f} MiB); fused ops: {fused}")
     return report

@@ -1,26 +1,17 @@
 """What the optimize and int4 stages share: input checks, reference outputs, the report skeleton."""
 
-import platform
-import resource
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnx_ir as ir
-import onnxruntime
-import onnxscript
 
-from quantize import layouts as layouts_mod
-from quantize import model_io, parity
+from core import onnx_io
+from core import report as reports
 from core.errors import UsageError
-
-DEFAULT_TOLERANCE = 1e-4
-
-
-class ParityFailed(Exception):
-    """A pass changed the model's outputs beyond tolerance: exit 1."""
+from core.parity import DEFAULT_TOLERANCE
+from quantize import layouts as layouts_mod
+from quantize import parity
 
 
 @dataclass
@@ -39,8 +30,8 @@ class StageInput:
 
 def read_input(path: str | Path, threads: int) -> StageInput:
     """Load IN, check it is an encoder with the I/O contract, and run it at every layout."""
-    model_file = model_io.model_path(path)
-    model = model_io.load(model_file)
+    model_file = onnx_io.model_path(path)
+    model = onnx_io.load(model_file, in_memory=True)
     names = [v.name for v in model.graph.inputs]
     if names != ["pixel_values", "grid_thw"]:
         raise UsageError(f"{model_file} has inputs {names}, expected ['pixel_values', 'grid_thw'] "
@@ -50,7 +41,7 @@ def read_input(path: str | Path, threads: int) -> StageInput:
     patch_dim = int(metadata.get("patch_dim", model.graph.inputs[0].shape[1]))
     inputs = parity.layout_inputs(layouts, patch_dim)
     reference = parity.run_all(parity.open_session(model_file, threads), inputs)
-    tolerance = float(model_io.read_report(model_file).get("tolerance", DEFAULT_TOLERANCE))
+    tolerance = float(reports.read_beside(model_file).get("tolerance", DEFAULT_TOLERANCE))
     return StageInput(model_file, model, metadata, layouts, inputs, reference, tolerance)
 
 
@@ -60,14 +51,7 @@ def report_header(stage: str, source: StageInput) -> dict:
 
 
 def report_footer(timings: dict[str, float]) -> dict:
-    return {
-        "timings_s": timings,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
-                     "onnxscript": onnxscript.__version__, "onnx_ir": ir.__version__,
-                     "numpy": np.__version__, "python": platform.python_version()},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
+    return reports.footer(timings)
 
 
 def op_counts(model: ir.Model) -> dict[str, int]:

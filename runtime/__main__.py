@@ -5,66 +5,84 @@ checked against the I/O contract (merge size and row length from the model's met
 OUT.npz gets every output by name. Exit 2 on bad input.
 """
 
-import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 
-from runtime import contract, session
-from core.errors import UsageError
-
-
-def metadata(path: Path) -> dict[str, str]:
-    """The model's metadata_props, read without loading external weights."""
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 -- any parse failure means the same to the user
-        raise UsageError(f"{path} is not an ONNX model") from None
-    return {p.key: p.value for p in model.metadata_props}
+from core import onnx_io, session
+from core.errors import Parser, UsageError, main_wrapper
+from core.staging import check_result_file, staged_file
+from runtime import contract, verify
 
 
-def encode(model_path: Path, inputs_path: Path, out_path: Path, threads: int | None) -> list[str]:
+def check_finite(name: str, array: np.ndarray) -> None:
+    """UsageError with the count and first index of non-finite values (NaN/Inf make every embedding NaN)."""
+    bad = ~np.isfinite(array)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise UsageError(f"{name} holds {int(bad.sum())} non-finite value(s) (NaN or Inf), the first at index "
+                         f"{list(first)}; fix the input, or pass --allow-nonfinite to run anyway")
+
+
+def _earlier_result(names: list[str]):
+    """Whether an existing OUT.npz holds only this model's output names (an earlier `encode` result)."""
+    def ours(path: Path) -> bool:
+        try:
+            with np.load(path) as data:
+                return set(data.files) <= set(names)
+        except (OSError, ValueError):
+            return False
+    return ours
+
+
+def encode(model_path: Path, inputs_path: Path, out_path: Path, threads: int | None, force: bool = False,
+           allow_nonfinite: bool = False) -> list[str]:
     """Check the inputs, run the model, write OUT.npz atomically; returns the output names."""
-    if not model_path.is_file():
-        raise UsageError(f"model {model_path} does not exist")
-    meta = metadata(model_path)
+    proto = onnx_io.read_proto(model_path)
+    meta = {p.key: p.value for p in proto.metadata_props}
+    names = [o.name for o in proto.graph.output]
+    out_path = check_result_file(out_path, [model_path, inputs_path], force, ".npz", _earlier_result(names))
     try:
-        data = np.load(inputs_path)
-        pixel_values, grid_thw = data["pixel_values"], data["grid_thw"]
-    except (OSError, ValueError, KeyError) as err:
+        with np.load(inputs_path) as data:
+            pixel_values, grid_thw = data["pixel_values"], data["grid_thw"]
+    except (OSError, ValueError, KeyError, EOFError) as err:
         raise UsageError(f"{inputs_path}: need an .npz with pixel_values and grid_thw ({err})") from None
     grid = contract.check_inputs(pixel_values, grid_thw, int(meta.get("spatial_merge_size", 2)),
                                  int(meta.get("patch_dim", 1536)))
+    if not allow_nonfinite:
+        check_finite("pixel_values", pixel_values)
     sess = session.open_session(model_path, threads)
     outputs = session.run(sess, {"pixel_values": pixel_values.astype(np.float32), "grid_thw": grid})
-    names = [o.name for o in sess.get_outputs()]
-    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=out_path.parent)
-    os.close(fd)
-    np.savez(tmp, **dict(zip(names, outputs)))
-    os.replace(tmp, out_path)
-    return names
+    with staged_file(out_path) as tmp:
+        np.savez(tmp, **outputs)
+    return list(outputs)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtime", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="python -m runtime", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     run = sub.add_parser("encode", help="run an exported vision encoder on one pack")
     run.add_argument("model", type=Path)
     run.add_argument("--inputs", type=Path, required=True)
     run.add_argument("--out", type=Path, required=True)
-    run.add_argument("--threads", type=int)
-    args = parser.parse_args(argv)
-    try:
-        names = encode(args.model, args.inputs, args.out, args.threads)
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.out}: {', '.join(names)}")
-    return 0
+    run.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    run.add_argument("--force", action="store_true", help="replace an existing OUT that is not an earlier result")
+    run.add_argument("--allow-nonfinite", action="store_true", help="run even if pixel_values holds NaN or Inf")
+    verify.add_arguments(sub.add_parser("verify", help="check a release package (dist/NAME or dist/NAME.tar.gz): "
+                                                     "checksums, manifest, every variant at the smoke sizes"))
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        if args.command == "verify":
+            return verify.run(args)
+        if args.threads is not None and args.threads < 1:
+            raise UsageError(f"--threads must be >= 1, got {args.threads}")
+        names = encode(args.model, args.inputs, args.out, args.threads, args.force, args.allow_nonfinite)
+        print(f"wrote {args.out}: {', '.join(names)}")
+        return 0
+
+    return main_wrapper(body)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from core.errors import UsageError
 INPUT_NAMES = ("pixel_values", "grid_thw")
 IMAGE_EMBEDS = "image_embeds"
 DIM_PATCHES, DIM_IMAGES, DIM_TOKENS = "num_patches", "num_images", "num_tokens"
+#: Largest patch count of one pack: beyond it sizes overflow int32 index math (and no machine has the memory).
+MAX_PATCHES = 2**31 - 1
 
 
 def output_names(num_deepstack: int) -> list[str]:
@@ -29,10 +31,17 @@ def check_grid(grid_thw: Sequence[Sequence[int]] | np.ndarray, merge: int) -> np
         raise UsageError(f"grid_thw must have shape [num_images, 3] with num_images >= 1, got {list(grid.shape)}")
     if not np.issubdtype(grid.dtype, np.integer):
         raise UsageError(f"grid_thw must hold integers (t, h, w in patches), got dtype {grid.dtype}")
-    grid = grid.astype(np.int64)
-    for i, (t, h, w) in enumerate(grid.tolist()):
+    rows = grid.tolist()  # Python ints: products below cannot overflow
+    total = 0
+    for i, (t, h, w) in enumerate(rows):
         if min(t, h, w) < 1:
             raise UsageError(f"grid_thw[{i}] = {[t, h, w]}: t, h and w must be >= 1")
+        total += t * h * w
+        if total > MAX_PATCHES:
+            raise UsageError(f"grid_thw {rows if len(rows) < 5 else '...'} needs {total:,} patches at image {i}, more "
+                             f"than the {MAX_PATCHES:,} any pack can hold (int32 indices in the graph); split it")
+    grid = grid.astype(np.int64)
+    for i, (t, h, w) in enumerate(rows):
         if h % merge or w % merge:
             raise UsageError(
                 f"grid_thw[{i}] = {[t, h, w]}: h and w must be multiples of the spatial merge size {merge} "

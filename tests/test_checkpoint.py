@@ -13,7 +13,7 @@ from builders import vision
 from builders.config import CONFIG_DIR
 from builders.qwen3_vl import layouts
 from builders.qwen3_vl.model import reference_outputs
-from runtime import session
+from core import session
 from tests.conftest import single_error
 
 TEXT = {"vocab_size": 128, "hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 1,
@@ -45,7 +45,7 @@ def test_checkpoint_export_matches_the_saved_model(saved_model, tmp_path, extra)
     sess = session.open_session(out / "model.onnx")
     for pack in ([[1, 18, 46]], [[1, 12, 20], [2, 8, 8]]):
         pixels, grid = layouts.random_pixels(pack, 1536, np.random.default_rng(5))
-        got = session.run(sess, {"pixel_values": pixels, "grid_thw": grid})
+        got = sess.run(None, {"pixel_values": pixels, "grid_thw": grid})
         for g, ref in zip(got, reference_outputs(visual, pixels, grid)):
             assert np.abs(g - ref).max() <= 1e-4 * max(1.0, np.abs(ref).max())
 

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from builders import onnx_export, validate
+from core import onnx_io
 from builders.config import load_config
 from builders.qwen3_vl import family, layouts
 from builders.qwen3_vl.model import build_random
-from runtime import session
+from core import session
 
 PATHS = ["torchscript", "dynamo"]
 # Seeded random packs plus the awkward ones: odd multiples, a single-row strip, mixed packs with video.
@@ -66,7 +67,7 @@ def test_random_layouts_match_eager(tiny_exports, tiny_model, path):
     rng = np.random.default_rng(7)
     cases = [(str(p), *layouts.random_pixels(p, 1536, rng)) for p in RANDOM_PACKS]
     records = validate.validate(
-        lambda pv, g: session.run(sess, {"pixel_values": pv, "grid_thw": g}),
+        lambda pv, g: sess.run(None, {"pixel_values": pv, "grid_thw": g}),
         family.reference(tiny_model), cases, [o.name for o in sess.get_outputs()], 1e-4)
     failed = [(r["case"], r.get("error") or {k: v["max_abs"] for k, v in r["outputs"].items()})
               for r in records if not r["ok"]]
@@ -88,12 +89,12 @@ def test_unpatched_trace_is_caught_by_validation(tiny_model, tmp_path):
     spec = family.io_spec(tiny_model)
     grid = np.array([[1, 16, 16], [1, 12, 20]])
     example = family.example_inputs(tiny_model, grid, 0)
-    onnx_export.save_model(onnx_export.export_torchscript(Unpatched(tiny_model), example, spec, 18),
+    onnx_io.save_proto(onnx_export.export_torchscript(Unpatched(tiny_model), example, spec, 18),
                            tmp_path / "model.onnx")
     sess = session.open_session(tmp_path / "model.onnx")
     cases = family.validation_cases(tiny_model, grid, 0)
     records = validate.validate(
-        lambda pv, g: session.run(sess, {"pixel_values": pv, "grid_thw": g}),
+        lambda pv, g: sess.run(None, {"pixel_values": pv, "grid_thw": g}),
         family.reference(tiny_model), cases, spec.output_names, 1e-4)
     by_name = {r["case"]: r for r in records}
     same_n = [r for name, r in by_name.items() if name.startswith("same patch count")]

@@ -13,7 +13,7 @@ import onnx_ir as ir
 from onnxruntime.transformers.fusion_options import AttentionMaskFormat, FusionOptions
 from onnxruntime.transformers.optimizer import optimize_model
 
-from quantize import model_io
+from core import onnx_io
 
 MODEL_TYPE = "vit"
 
@@ -22,7 +22,7 @@ def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, 
     """Return (optimized model, {fused op type: count} as ORT reports them, zero counts dropped)."""
     options = FusionOptions(MODEL_TYPE)
     options.attention_mask_format = AttentionMaskFormat.AttentionMask
-    proto = model_io.to_proto(model)
+    proto = onnx_io.to_proto(model)
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     optimized = optimize_model(proto, model_type=MODEL_TYPE, num_heads=num_heads, hidden_size=hidden_size,
                                optimization_options=options, opt_level=0, only_onnxruntime=False)
