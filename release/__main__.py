@@ -1,0 +1,67 @@
+"""`python -m release {package,speed} BUILD ...`: release packages of a build (torch-free).
+
+    python -m release package build/qwen3-vl [--dist dist] [--name NAME] [--threads N]
+        -> dist/NAME/ (onnx/, config.json, preprocessor_config.json, manifest.json, README.md,
+           SHA256SUMS) and dist/NAME.tar.gz; NAME defaults to the export's model (qwen3-vl-2b)
+    python -m release speed build/qwen3-vl [--size 448x448] [--threads 1] [--reps 3]
+        -> build/qwen3-vl/speed/report.json, which the next `package` puts in the model card
+
+Exit 0 done, 2 bad input (one `error:` line, nothing written). These commands never import torch,
+even where it is installed (transformers would import it for its image processors when it finds it).
+"""
+
+import os
+import sys
+
+# Before anything imports transformers: hide torch so that transformers takes its torch-free paths.
+if "torch" not in sys.modules:
+    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` now raises ImportError
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" notice
+
+from pathlib import Path
+
+from core.errors import Parser, UsageError, main_wrapper
+
+
+def parse_args(argv: list[str] | None):
+    parser = Parser(prog="python -m release", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    pkg = commands.add_parser("package", help="dist/NAME/ and dist/NAME.tar.gz from build/NAME/")
+    pkg.add_argument("build", type=Path, metavar="BUILD", help="build folder with export/ [surgery/ optimized/ int8/ int4/]")
+    pkg.add_argument("--dist", type=Path, default=Path("dist"), help="where to write the package (default dist)")
+    pkg.add_argument("--name", help="package name (default: the export's model name)")
+    pkg.add_argument("--threads", type=int, help="ONNX Runtime threads for the smoke runs (default: all)")
+    speed = commands.add_parser("speed", help="time each model of the package-to-be (for its model card)")
+    speed.add_argument("build", type=Path, metavar="BUILD")
+    speed.add_argument("--size", default="448x448", help="a smoke size HxW (default 448x448)")
+    speed.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads (default 1)")
+    speed.add_argument("--reps", type=int, default=3, help="timed runs after one warm-up (default 3)")
+    args = parser.parse_args(argv)
+    if args.command == "package" and args.name is not None and (not args.name or "/" in args.name
+                                                                 or args.name in (".", "..")):
+        raise UsageError(f"--name must be a plain folder name, got {args.name!r}")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    return args
+
+
+def run(argv: list[str] | None) -> int:
+    args = parse_args(argv)
+    if args.command == "package":
+        from release.package import package
+
+        folder, archive = package(args.build, args.dist, args.name, args.threads)
+        print(f"wrote {folder}/ and {archive}")
+    else:
+        from release.speed import measure
+
+        print(f"wrote {measure(args.build, args.size, args.threads, args.reps)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return main_wrapper(lambda: run(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

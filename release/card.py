@@ -1,0 +1,171 @@
+"""The model card `README.md` of a release package, generated from its manifest alone.
+
+Sections: what it is (family, model, weights, export path), variants (file, size, speed, accuracy
+against fp32), inputs and outputs (dtypes, dims, what each symbol means), validation per stage, the
+smoke shapes, how to run and verify it, versions, checksums.
+"""
+
+from __future__ import annotations
+
+from release.families import family
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f}"
+
+
+def _num(value, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _dims(dims: list) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _weights(manifest: dict) -> str:
+    weights = manifest["weights"]
+    if weights["source"] == "checkpoint":
+        return (f"trained weights from the checkpoint `{weights['checkpoint']}` "
+                f"({len(weights['files'])} safetensors file(s); sha256 in `manifest.json`)")
+    return (f"**RANDOM weights** (seed {weights.get('seed')}) at the dimensions of `{manifest['model']}`: "
+            "this package shows the export, it does not compute meaningful embeddings")
+
+
+def _speed(manifest: dict, variant: dict) -> str:
+    speed = manifest.get("speed", {}).get("variants", {}).get(variant["name"])
+    return f"{speed['median_s']:.3f}" if speed else "–"
+
+
+def _accuracy(variant: dict) -> tuple[str, str]:
+    acc = variant.get("accuracy_vs_fp32")
+    if acc is None:
+        return "reference", "0"
+    return _num(acc.get("min_cosine"), 5), _num(acc.get("max_abs"), 3)
+
+
+def variants_table(manifest: dict) -> list[str]:
+    lines = ["| variant | file | MiB | s per image | min cosine vs fp32 | max abs diff vs fp32 | quantization |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for v in manifest["variants"]:
+        cosine, max_abs = _accuracy(v)
+        quant = ", ".join(f"{k} {val}" for k, val in v.get("quantization", {}).items()) or "–"
+        lines.append(f"| {v['name']} | `{v['file']}` | {_mib(v['size'])} | {_speed(manifest, v)} | {cosine} | "
+                     f"{max_abs} | {quant} |")
+    speed = manifest.get("speed")
+    if speed:
+        lines += ["", (f"Speed: seconds per {speed['size']} image, median of {speed['reps']} runs, "
+                      f"{speed['threads']} thread(s), on {speed['machine']} (`python -m release speed`).")]
+    else:
+        lines += ["", "Speed was not measured for this package (`python -m release speed BUILD` before packaging)."]
+    return lines
+
+
+def io_table(values: list[dict]) -> list[str]:
+    lines = ["| name | dtype | dims |", "|---|---|---|"]
+    lines += [f"| `{v['name']}` | {v['dtype']} | {_dims(v['dims'])} |" for v in values]
+    return lines
+
+
+def validation_lines(manifest: dict) -> list[str]:
+    lines = ["| stage | reference | cases | passed | worst max abs diff | worst min cosine |",
+             "|---|---|---:|---:|---:|---:|"]
+    for stage in manifest["stages"]:
+        if "verification" in stage:
+            ver = stage["verification"] or {}
+            lines.append(f"| {stage['stage']} | {len(ver.get('lines', []))} runs at other grids | – | "
+                         f"{'yes' if ver.get('ok') else 'no'} | – | – |")
+            continue
+        val = stage.get("validation", {})
+        cases = val.get("cases", [])
+        max_abs = max((c["max_abs"] for c in cases if "max_abs" in c), default=None)
+        cosine = min((c["min_cosine"] for c in cases if "min_cosine" in c), default=None)
+        passed = sum(1 for c in cases if c.get("ok"))
+        lines.append(f"| {stage['stage']} | {val.get('reference', '–')} | {len(cases)} | {passed} | "
+                     f"{_num(max_abs, 3)} | {_num(cosine, 6)} |")
+    return lines
+
+
+def smoke_lines(manifest: dict) -> list[str]:
+    names = [o["name"] for o in manifest["outputs"]]
+    lines = ["| image (h x w) | " + " | ".join(i["name"] for i in manifest["inputs"]) + " | " +
+             " | ".join(names) + " |", "|---" * (1 + len(manifest["inputs"]) + len(names)) + "|"]
+    for case in manifest["smoke"]:
+        ins = [_dims(case["inputs"][i["name"]]) for i in manifest["inputs"]]
+        outs = [_dims(case["outputs"][n]) for n in names]
+        lines.append(f"| {case['size']} | " + " | ".join(ins + outs) + " |")
+    return lines
+
+
+def render(manifest: dict) -> str:
+    """README.md text for `manifest`."""
+    fam = family(manifest["family"])
+    name = manifest["name"]
+    fp32 = manifest["variants"][0]
+    versions = {k: v for k, v in manifest["versions"].items() if k != "by_stage"}
+    export = manifest["export"]
+    lines = [
+        "---",
+        "library_name: onnxruntime",
+        f"tags: [onnx, vision-encoder, {manifest['family']}]",
+        "---",
+        "",
+        f"# {name}: {manifest['title']} (ONNX)",
+        "",
+        (f"The vision encoder of `{manifest['model']}` ({manifest['family']} family) as ONNX for ONNX Runtime, "
+        f"for every image size, image count and video length the model accepts. Weights: {_weights(manifest)}."),
+        (f"Exported through {export['path']} (opset {export['opset']}, example pack {export['example_grid_thw']}); "
+        f"the fp32 model is the `{fp32['stage']}` stage of the pipeline. Made by `make package` "
+        "(vlm-vision-onnx); every number below is in `manifest.json`."),
+        "",
+        "## Variants",
+        "",
+        *variants_table(manifest),
+        "",
+        "## Inputs",
+        "",
+        *io_table(manifest["inputs"]),
+        "",
+        "## Outputs",
+        "",
+        *io_table(manifest["outputs"]),
+        "",
+        *[f"- `{sym}`: {meaning}" for sym, meaning in manifest["symbols"].items()],
+        "",
+        "## Validation",
+        "",
+        *validation_lines(manifest),
+        "",
+        (f"fp32 tolerance: max abs diff <= {export['tolerance']} x max(1, max |reference|). Shapes at the smoke "
+        "sizes (random pixels, as the processor grids an image of that size; `verify` checks every variant):"),
+        "",
+        *smoke_lines(manifest),
+        "",
+        "## How to run",
+        "",
+        ("Needs only onnxruntime, numpy, pillow and transformers' torch-free image processor "
+        "(`pip install .[runtime]` from vlm-vision-onnx), never PyTorch."),
+        "",
+        "```sh",
+        f"python -m runtime verify {name}        # checksums, manifest, every variant at the smoke sizes",
+        f"python -m runtime embed photo.jpg --package {name} --out embeddings.npz",
+        "```",
+        "",
+        "```python",
+        fam.usage.replace("PACKAGE", name).replace("FILE", fp32["file"].removeprefix("onnx/")).rstrip(),
+        "```",
+        "",
+        "## Versions",
+        "",
+        ", ".join(f"{lib} {version}" for lib, version in versions.items()) + ".",
+        "",
+        "## Checksums",
+        "",
+        ("`sha256sum -c SHA256SUMS` checks every file; `manifest.json` records the sha256 and size of each "
+        "model, data and config file."),
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""`manifest.json` of a release package: what the package is, made from the stage reports and the files.
+
+Nothing in it depends on when or where it was written (no paths of temp folders, no clock), so the
+same build folders give the same bytes. Keys:
+
+- `format`, `name`, `family`, `title`, `model` (the config name), `config` (the config file's name)
+- `inputs`, `outputs`: [{name, dtype, dims}] with symbolic dims as strings; `symbols`: what they mean
+- `opset`: {domain: version} of the fp32 model (`ai.onnx` for the default domain)
+- `versions`: torch, transformers, onnx, onnxruntime, ... (from the stage reports; `by_stage` keeps each)
+- `weights`: {source: random, seed} or {source: checkpoint, checkpoint, files: {name: {sha256, size}}}
+- `export`: {path (torchscript | dynamo), opset, example_grid_thw, tolerance}
+- `stages`: per stage its validation numbers (per case: max_abs, max_rel, min_cosine, ok)
+- `variants`: per variant its file, stage, size, quantization settings and accuracy against fp32
+- `smoke`: per smoke size the inputs' shapes and the outputs' shapes of the fp32 model
+- `files`: {path: {sha256, size}} of every other file of the package (models, data, configs)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+
+from core.errors import UsageError
+from release.families import Family
+from release.stages import Stage, Variant
+from runtime.verify import FORMAT, io_records, opsets, sha256
+
+
+def file_record(path: Path) -> dict:
+    return {"sha256": sha256(path), "size": path.stat().st_size}
+
+
+def weights(export: dict) -> dict:
+    """Where the weights came from: a checkpoint (path and sha256 of its weight files) or random (seed)."""
+    if export.get("weights") != "checkpoint":
+        return {"source": "random", "seed": export.get("seed")}
+    folder = Path(export["checkpoint"])
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise UsageError(f"checkpoint {folder} of the export holds no *.safetensors now; restore it or re-export")
+    return {"source": "checkpoint", "checkpoint": str(folder),
+            "files": {f.name: file_record(f) for f in files}}
+
+
+def versions(stages: dict[str, Stage]) -> dict:
+    """Library versions from the stage reports: the first stage that records a library wins in the flat
+    view (the export for torch and transformers); `by_stage` keeps every report's own."""
+    by_stage = {name: s.report.get("versions", {}) for name, s in stages.items() if s.report.get("versions")}
+    flat: dict[str, str] = {}
+    for recorded in by_stage.values():
+        for lib, version in recorded.items():
+            flat.setdefault(lib, version)
+    return {**dict(sorted(flat.items())), "by_stage": by_stage}
+
+
+def _worst(outputs: dict) -> dict:
+    """The worst numbers over a case's outputs."""
+    records = [r for r in outputs.values() if isinstance(r, dict)]
+    worst = {}
+    for key in ("max_abs", "max_rel"):
+        values = [r[key] for r in records if key in r]
+        if values:
+            worst[key] = max(values)
+    cosines = [r.get("min_token_cosine", r.get("cosine")) for r in records]
+    cosines = [c for c in cosines if c is not None]
+    if cosines:
+        worst["min_cosine"] = min(cosines)
+    return worst
+
+
+def validation(report: dict) -> dict:
+    """A stage's validation: its reference, whether it passed, and per case the worst numbers."""
+    val = report.get("validation")
+    if not isinstance(val, dict):
+        return {}
+    cases = [{"case": c.get("case"), **({"grid_thw": c["grid_thw"]} if "grid_thw" in c else {}),
+              **_worst(c.get("outputs", {})), "ok": c.get("ok")} for c in val.get("cases", [])]
+    summary = {k: val[k] for k in ("reference", "passed", "max_abs", "min_cosine") if k in val}
+    if "reference" not in summary and report.get("stage") == "export":
+        summary["reference"] = "eager PyTorch model"
+    return {**summary, "tolerance": report.get("tolerance"), "cases": cases}
+
+
+def stage_record(stage: Stage) -> dict:
+    report = stage.report
+    record = {"stage": stage.name, "created": report.get("created")}
+    if stage.name == "surgery":
+        record["surgery"] = {k: report[k] for k in ("command", "fixed", "unfixable") if k in report}
+        record["surgery"]["findings"] = len(report.get("findings", []))
+        record["verification"] = report.get("verification")
+    else:
+        record["validation"] = validation(report)
+    if "passes" in report:
+        record["passes"] = [{k: p.get(k) for k in ("pass", "rewrites", "ok")} for p in report["passes"]]
+    return record
+
+
+def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> dict:
+    report = variant.stage.report
+    own = {path: rec for path, rec in files.items() if Path(path).name.startswith(variant.file)}
+    record = {"name": variant.name, "file": f"onnx/{variant.file}", "stage": variant.stage.name,
+              "files": sorted(own), "size": sum(rec["size"] for rec in own.values())}
+    if variant.name == "fp32":
+        record["dtype"] = "float32 weights"
+        return record
+    val = report.get("validation", {})
+    record["quantization"] = report.get("config", {})
+    record["accuracy_vs_fp32"] = {"reference": f"{fp32.name} ({Path(report.get('input', '')).parent.name or '?'} stage)",
+                                  **{k: val[k] for k in ("max_abs", "min_cosine") if k in val}}
+    for key in ("quantized_nodes", "size_ratio"):
+        if key in report:
+            record[key] = report[key]
+    return record
+
+
+def build(name: str, fam: Family, stages: dict[str, Stage], chosen: list[Variant], fp32_proto: onnx.ModelProto,
+          smoke: list[dict], files: dict[str, dict]) -> dict:
+    """The manifest (see the module docstring)."""
+    export = stages["export"].report
+    return {
+        "format": FORMAT,
+        "name": name,
+        "family": fam.name,
+        "title": fam.title,
+        "model": export.get("model"),
+        "config": Path(export.get("config", "")).name,
+        "inputs": io_records(fp32_proto.graph.input),
+        "outputs": io_records(fp32_proto.graph.output),
+        "symbols": fam.symbols,
+        "opset": opsets(fp32_proto),
+        "versions": versions(stages),
+        "weights": weights(export),
+        "export": {"path": export.get("exporter"), "opset": export.get("opset"),
+                   "example_grid_thw": export.get("example_grid_thw"), "tolerance": export.get("tolerance")},
+        "stages": [stage_record(s) for s in stages.values()],
+        "variants": [variant_record(v, files, chosen[0]) for v in chosen],
+        "smoke": smoke,
+        "files": dict(sorted(files.items())),
+    }
+
+
+def add_speed(manifest: dict, build: Path, chosen: list[Variant]) -> None:
+    """Add `speed` from BUILD/speed/report.json (`python -m release speed`) for the variants whose stage
+    is the one that was timed; nothing when there is no such report."""
+    path = build / "speed" / "report.json"
+    if not path.is_file():
+        return
+    try:
+        report = json.loads(path.read_text())
+        results = report["results"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"{path} is not a speed report; remove it or re-run `python -m release speed`") from None
+    timed = {}
+    for v in chosen:
+        result = results.get(v.stage.name)
+        if result and result.get("stage_created") == v.stage.report.get("created"):
+            timed[v.name] = {"median_s": result["median_s"], "runs_s": result["runs_s"]}
+    if timed:
+        manifest["speed"] = {k: report.get(k) for k in ("size", "threads", "reps", "machine")}
+        manifest["speed"]["variants"] = timed

@@ -1,0 +1,106 @@
+"""Build a release package from the stage folders of one build (torch-free).
+
+`build/NAME/{export,surgery,optimized,int8,int4}/` -> `dist/PACKAGE/`:
+
+    onnx/vision_encoder.onnx [+ vision_encoder.onnx_data]   fp32 (see release/stages.py for which stage)
+    onnx/vision_encoder_int8.onnx, onnx/vision_encoder_q4.onnx   one per quantized stage present
+    config.json, preprocessor_config.json                  release/families.py
+    manifest.json                                          release/manifest.py
+    README.md                                              release/card.py (from the manifest alone)
+    SHA256SUMS                                             `sha256sum -c` format, every other file
+
+and `dist/PACKAGE.tar.gz` (release/tarball.py, reproducible). PACKAGE is the export's model name
+(`qwen3-vl-2b` for `build/qwen3-vl`). The folder is written to a temp folder beside it and renamed
+when complete; the tarball likewise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core import onnx_io, session
+from core.progress import say, step
+from core.staging import staged_folder
+from release import card, stages, tarball
+from release import manifest as manifest_mod
+from release.families import family
+from runtime import smoke
+from runtime.verify import CARD, FORMAT, MANIFEST, SUMS, sha256
+
+STAGE = "package"
+#: Files describing the package, not listed in the manifest's `files` (SHA256SUMS covers them).
+DESCRIPTIONS = (MANIFEST, CARD, SUMS)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def smoke_shapes(family_name: str, processor: dict, model: Path, threads: int | None) -> list[dict]:
+    """[{size, inputs: {name: shape}, outputs: {name: shape}}] of the fp32 model at the smoke sizes."""
+    sess = session.open_session(model, threads)
+    records = []
+    for size, feeds in smoke.smoke_cases(family_name, processor):
+        outputs = session.run(sess, feeds)
+        records.append({"size": size, "inputs": {k: list(v.shape) for k, v in feeds.items()},
+                        "outputs": {k: list(v.shape) for k, v in outputs.items()}})
+    return records
+
+
+def sums_text(folder: Path) -> str:
+    """`sha256  path` lines (sorted) of every file under `folder` but SHA256SUMS itself."""
+    lines = [f"{sha256(p)}  {p.relative_to(folder).as_posix()}"
+             for p in sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).as_posix())
+             if p.is_file() and p.relative_to(folder).as_posix() != SUMS]
+    return "\n".join(lines) + "\n"
+
+
+def is_package(folder: Path) -> bool:
+    """Whether `folder` is an earlier package (its manifest says so): replacing it is safe."""
+    try:
+        return json.loads((folder / MANIFEST).read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def package(build: str | Path, dist: str | Path = "dist", name: str | None = None,
+            threads: int | None = None) -> tuple[Path, Path]:
+    """Write `dist/NAME/` and `dist/NAME.tar.gz` from the stage folders in `build`; return both paths."""
+    timings: dict[str, float] = {}
+    found = stages.read_build(build)
+    export = found["export"].report
+    fam = family(export.get("family", "?"))
+    name = name or export.get("model") or Path(build).name
+    chosen = stages.variants(found)
+    fp32 = chosen[0]
+    metadata = onnx_io.metadata(fp32.stage.model)
+    out = Path(dist) / name
+    say(f"package {name}: fp32 from the {fp32.stage.name} stage"
+        + "".join(f", {v.name} from {v.stage.name}" for v in chosen[1:]))
+    with staged_folder(out, STAGE, inputs=[build], force=out.is_dir() and is_package(out)) as tmp:
+        onnx_dir = tmp / "onnx"
+        onnx_dir.mkdir()
+        with step(f"copy {len(chosen)} model(s)", timings, "copy"):
+            for v in chosen:
+                onnx_io.copy_model(v.stage.model, onnx_dir, v.file, data_name=f"{v.file}_data")
+        with step("write config.json and preprocessor_config.json", timings, "configs"):
+            fam.write_config(export, metadata, tmp)
+            processor = fam.write_processor(export, metadata, tmp)
+        with step("run fp32 at the smoke sizes", timings, "smoke"):
+            smoke_records = smoke_shapes(fam.name, processor, onnx_dir / fp32.file, threads)
+        with step("checksums, manifest, model card", timings, "manifest"):
+            files = {p.relative_to(tmp).as_posix(): manifest_mod.file_record(p)
+                     for p in sorted(tmp.rglob("*")) if p.is_file()}
+            proto = onnx_io.read_proto(onnx_dir / fp32.file)
+            manifest = manifest_mod.build(name, fam, found, chosen, proto, smoke_records, files)
+            manifest_mod.add_speed(manifest, Path(build), chosen)
+            write_json(tmp / MANIFEST, manifest)
+            (tmp / CARD).write_text(card.render(manifest))
+            (tmp / SUMS).write_text(sums_text(tmp))
+    with step(f"write {out}.tar.gz", timings, "tarball"):
+        archive = tarball.write(out, Path(dist) / f"{name}.tar.gz", top=name)
+    size = sum(f["size"] for f in files.values())
+    say(f"wrote {out}/ ({len(files) + len(DESCRIPTIONS)} files, {size / 2**20:.1f} MiB) and {archive} "
+        f"({archive.stat().st_size / 2**20:.1f} MiB)")
+    return out, archive

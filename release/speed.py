@@ -1,0 +1,76 @@
+"""`python -m release speed BUILD`: time each model the package would hold, for its model card.
+
+Writes `BUILD/speed/report.json` (stage `speed`): seconds per image of the fp32 and quantized stages
+at one smoke size (default 448x448, random pixels laid out as the processor would), one warm-up run
+then the median of `reps` runs, at a fixed thread count, with the machine it ran on. Packaging
+reads it and keeps a stage's timing only when that stage's report is the one that was timed (its
+`created` stamp), so a re-export never shows stale numbers. Timings vary run to run: a package made
+with and without a fresh speed report differs, while re-packaging the same build is byte-identical.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from core import onnx_io, session
+from core import report as report_mod
+from core.errors import UsageError
+from core.progress import say
+from core.staging import staged_folder
+from release import stages
+from release.families import family
+from runtime import smoke
+
+STAGE = "speed"
+
+
+def time_model(model: Path, feeds: dict, threads: int, reps: int) -> list[float]:
+    """Seconds of `reps` runs after one warm-up run."""
+    sess = session.open_session(model, threads)
+    session.run(sess, feeds)
+    runs = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        session.run(sess, feeds)
+        runs.append(round(time.perf_counter() - start, 4))
+    return runs
+
+
+def processor_settings(build: Path, fam_name: str) -> dict:
+    """The processor settings the smoke inputs need, written by the family into a scratch folder."""
+    found = stages.read_build(build)
+    fam = family(fam_name)
+    export = found["export"].report
+    metadata = onnx_io.metadata(stages.variants(found)[0].stage.model)
+    with tempfile.TemporaryDirectory() as tmp:
+        fam.write_config(export, metadata, Path(tmp))
+        return fam.write_processor(export, metadata, Path(tmp))
+
+
+def measure(build: str | Path, size: str = "448x448", threads: int = 1, reps: int = 3) -> Path:
+    """Time every packaged stage of `build` at `size`; write and return BUILD/speed/report.json."""
+    from bench.machine import describe, machine
+
+    build = Path(build)
+    found = stages.read_build(build)
+    fam_name = found["export"].report.get("family", "?")
+    cases = dict(smoke.smoke_cases(fam_name, processor_settings(build, fam_name)))
+    if size not in cases:
+        raise UsageError(f"--size {size} is not a smoke size; choose one of {', '.join(cases)}")
+    if threads < 1 or reps < 1:
+        raise UsageError(f"--threads and --reps must be >= 1, got {threads} and {reps}")
+    results = {}
+    for variant in stages.variants(found):
+        say(f"time {variant.stage.name} ({variant.name}) at {size}, {threads} thread(s), {reps} runs")
+        runs = time_model(variant.stage.model, cases[size], threads, reps)
+        results[variant.stage.name] = {"variant": variant.name, "median_s": statistics.median(runs), "runs_s": runs,
+                                       "stage_created": variant.stage.report.get("created")}
+    report = {"stage": STAGE, "size": size, "threads": threads, "reps": reps,
+              "machine": describe(machine()), "results": results, **report_mod.footer({})}
+    with staged_folder(build / STAGE, STAGE, inputs=[]) as tmp:
+        report_mod.write(tmp, report)
+    say("; ".join(f"{r['variant']} {r['median_s']:.3f} s" for r in results.values()))
+    return build / STAGE / "report.json"

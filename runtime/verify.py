@@ -1,0 +1,251 @@
+"""`python -m runtime verify dist/NAME | dist/NAME.tar.gz`: prove a release package intact and runnable.
+
+Checks, in order (the first failure ends the run with exit 1 and one `error: FILE: reason` line):
+1. the tarball (if given) unpacks safely (runtime/unpack.py);
+2. checksums: every file listed in SHA256SUMS exists and matches, and no file is unlisted;
+3. the manifest: its format, its `files` (sha256 and size) against SHA256SUMS, every variant's file
+   and sizes; per variant, the model's metadata (family, model), I/O names, dtypes and dims, and opset
+   against the manifest; config.json against the model's metadata; preprocessor_config.json loads with
+   transformers' AutoImageProcessor (its torch-free PIL backend);
+4. every variant loads in ONNX Runtime and runs at the smoke sizes (runtime/smoke.py: random pixels,
+   as the processor grids an image of that size); every output has the shape the manifest recorded
+   for that size and only finite values.
+Exit 2 (bad input) when the path is not a package at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from core import onnx_io, session
+from core.errors import CheckFailed, UsageError
+from core.progress import say
+from runtime import smoke, unpack
+
+TAG = "verify"
+MANIFEST, SUMS, CARD = "manifest.json", "SHA256SUMS", "README.md"
+FORMAT = "vlm-vision-onnx-package/1"
+
+
+def fail(file: str, reason: str):
+    raise CheckFailed(f"{file}: {reason}")
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_sums(folder: Path) -> dict[str, str]:
+    """{path: sha256} of SHA256SUMS, after checking every listed file and that none is unlisted."""
+    sums_file = folder / SUMS
+    if not sums_file.is_file():
+        fail(SUMS, "missing: a package lists the sha256 of every file in SHA256SUMS")
+    sums = {}
+    for number, line in enumerate(sums_file.read_text(errors="replace").splitlines(), 1):
+        match = re.fullmatch(r"([0-9a-f]{64})  (\S.*)", line)
+        if not match:
+            fail(SUMS, f"line {number} is not `SHA256  PATH`: {line[:80]!r}")
+        sums[match.group(2)] = match.group(1)
+    for path, digest in sums.items():
+        file = folder / path
+        if ".." in Path(path).parts or not file.is_file():
+            fail(path, "missing (listed in SHA256SUMS)")
+        actual = sha256(file)
+        if actual != digest:
+            fail(path, f"sha256 {actual} does not match SHA256SUMS ({digest}): the file was changed or corrupted")
+    on_disk = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if not p.is_dir())
+    for path in on_disk:
+        if path != SUMS and path not in sums:
+            fail(path, "is not listed in SHA256SUMS (a file added to the package)")
+    return sums
+
+
+def read_manifest(folder: Path) -> dict:
+    path = folder / MANIFEST
+    if not path.is_file():
+        fail(MANIFEST, "missing")
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as err:
+        fail(MANIFEST, f"is not valid JSON ({err})")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        fail(MANIFEST, f"format is not {FORMAT!r}")
+    for key in ("name", "family", "model", "inputs", "outputs", "opset", "variants", "smoke", "files"):
+        if key not in manifest:
+            fail(MANIFEST, f"lacks the key {key!r}")
+    return manifest
+
+
+def check_manifest_files(manifest: dict, sums: dict[str, str], folder: Path) -> None:
+    """The manifest's file records agree with SHA256SUMS and the files; every payload file is recorded."""
+    for path, record in manifest["files"].items():
+        if path not in sums:
+            fail(path, "recorded in manifest.json but missing from SHA256SUMS and the package")
+        if record.get("sha256") != sums[path]:
+            fail(MANIFEST, f"records sha256 {record.get('sha256')} for {path}, SHA256SUMS {sums[path]}")
+        size = (folder / path).stat().st_size
+        if record.get("size") != size:
+            fail(MANIFEST, f"records {record.get('size')} bytes for {path}, the file has {size}")
+    for path in sums:
+        if path not in manifest["files"] and path not in (MANIFEST, CARD):
+            fail(path, "is not recorded in manifest.json")
+
+
+def io_records(values) -> list[dict]:
+    """[{name, dtype, dims}] of graph inputs or outputs; a symbolic dim is its name, an unknown one None."""
+    records = []
+    for value in values:
+        tensor = value.type.tensor_type
+        dims = [d.dim_param if d.HasField("dim_param") else d.dim_value if d.HasField("dim_value") else None
+                for d in tensor.shape.dim]
+        records.append({"name": value.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name,
+                        "dims": dims})
+    return records
+
+
+def opsets(proto: onnx.ModelProto) -> dict[str, int]:
+    """{domain: version}, `ai.onnx` for the default domain, sorted by domain."""
+    return {(o.domain or "ai.onnx"): o.version for o in sorted(proto.opset_import, key=lambda o: o.domain)}
+
+
+def check_variant_model(manifest: dict, variant: dict, folder: Path) -> dict[str, str]:
+    """One variant's file against the manifest; returns the model's metadata."""
+    file = variant.get("file", "?")
+    if file not in manifest["files"]:
+        fail(MANIFEST, f"variant {variant.get('name')!r} names {file}, which the manifest does not record")
+    for path in variant.get("files", []):
+        if path not in manifest["files"]:
+            fail(MANIFEST, f"variant {variant.get('name')!r} lists {path}, which the manifest does not record")
+    size = sum(manifest["files"][p]["size"] for p in variant.get("files", []))
+    if variant.get("size") != size:
+        fail(MANIFEST, f"variant {variant.get('name')!r} records {variant.get('size')} bytes, its files hold {size}")
+    try:
+        proto = onnx_io.read_proto(folder / file)
+    except UsageError as err:
+        fail(file, f"does not load as ONNX ({err})")
+    meta = {p.key: p.value for p in proto.metadata_props}
+    for key in ("family", "model"):
+        if meta.get(key) != manifest[key]:
+            fail(file, f"the model's metadata says {key} {meta.get(key)!r}, manifest.json says {manifest[key]!r}: "
+                       "the package mixes models (or the manifest was edited)")
+    for what in ("inputs", "outputs"):
+        actual = io_records(proto.graph.input if what == "inputs" else proto.graph.output)
+        if actual != manifest[what]:
+            fail(file, f"{what} {actual} differ from manifest.json's {manifest[what]}")
+    actual = opsets(proto)
+    if variant.get("name") == "fp32" and actual != manifest["opset"]:
+        fail(file, f"opsets {actual} differ from manifest.json's {manifest['opset']}")
+    if actual.get("ai.onnx") != manifest["opset"].get("ai.onnx"):
+        fail(file, f"opset ai.onnx {actual.get('ai.onnx')} differs from manifest.json's "
+                   f"{manifest['opset'].get('ai.onnx')}")
+    return meta
+
+
+def check_configs(manifest: dict, meta: dict[str, str], folder: Path) -> None:
+    """config.json agrees with the model's metadata; preprocessor_config.json loads as the model's processor."""
+    for name in ("config.json", "preprocessor_config.json"):
+        if name not in manifest["files"]:
+            fail(MANIFEST, f"does not record {name}")
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except ValueError as err:
+        fail("config.json", f"is not valid JSON ({err})")
+    for key, value in meta.items():
+        if key in config and str(config[key] if not isinstance(config[key], list) else json.dumps(config[key])) \
+                != str(value):
+            fail("config.json", f"{key} = {config[key]} but the model records {value}")
+    try:
+        from transformers import AutoImageProcessor
+
+        AutoImageProcessor.from_pretrained(str(folder))
+    except Exception as err:  # noqa: BLE001 -- whatever transformers raises, the file is what failed
+        fail("preprocessor_config.json", f"does not load with transformers' AutoImageProcessor "
+                                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+
+
+def run_smoke(manifest: dict, folder: Path, threads: int | None) -> int:
+    """Run every variant at the smoke sizes; check output shapes and finiteness. Returns the runs made."""
+    processor = json.loads((folder / "preprocessor_config.json").read_text())
+    cases = smoke.smoke_cases(manifest["family"], processor)
+    recorded = {case.get("size"): case for case in manifest["smoke"]}
+    for size, feeds in cases:
+        if size not in recorded:
+            fail(MANIFEST, f"records no output shapes for the smoke size {size}")
+        shapes = {k: list(v.shape) for k, v in feeds.items()}
+        if recorded[size].get("inputs") != shapes:
+            fail(MANIFEST, f"at {size} records input shapes {recorded[size].get('inputs')}, the processor "
+                           f"settings give {shapes}")
+    runs = 0
+    for variant in manifest["variants"]:
+        file = variant["file"]
+        try:
+            sess = session.open_session(folder / file, threads)
+        except UsageError as err:
+            fail(file, f"ONNX Runtime cannot load it ({err})")
+        for size, feeds in cases:
+            try:
+                outputs = session.run(sess, feeds)
+            except session.ORT_ERRORS as err:
+                fail(file, f"fails at {size}: {session.ort_error_line(err)}")
+            expected = recorded[size].get("outputs", {})
+            got = {k: list(v.shape) for k, v in outputs.items()}
+            if got != expected:
+                fail(file, f"at {size} gives output shapes {got}, manifest.json records {expected}")
+            for name, value in outputs.items():
+                if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+                    fail(file, f"at {size} output {name} holds non-finite values")
+            runs += 1
+        say(f"{file}: runs at {', '.join(s for s, _ in cases)}; output shapes as recorded", TAG)
+    return runs
+
+
+def verify_folder(folder: Path, threads: int | None = None) -> str:
+    """All checks on an unpacked package folder; returns a one-line summary or raises CheckFailed."""
+    if not (folder / MANIFEST).exists() and not (folder / SUMS).exists():
+        raise UsageError(f"{folder} is not a release package (no manifest.json, no SHA256SUMS); "
+                         "give dist/NAME or dist/NAME.tar.gz from `make package`")
+    sums = check_sums(folder)
+    say(f"checksums: {len(sums)} files match SHA256SUMS", TAG)
+    manifest = read_manifest(folder)
+    check_manifest_files(manifest, sums, folder)
+    if not manifest["variants"] or manifest["variants"][0].get("name") != "fp32":
+        fail(MANIFEST, "the first variant must be fp32")
+    metas = [check_variant_model(manifest, v, folder) for v in manifest["variants"]]
+    check_configs(manifest, metas[0], folder)
+    say(f"manifest: {manifest['family']} {manifest['model']}, {len(manifest['variants'])} variant(s) agree "
+        "with their models and configs", TAG)
+    runs = run_smoke(manifest, folder, threads)
+    return (f"{manifest['name']}: {len(sums)} files, {len(manifest['variants'])} variant(s) "
+            f"({', '.join(v['name'] for v in manifest['variants'])}), {runs} smoke runs: all checks passed")
+
+
+def verify(path: str | Path, threads: int | None = None) -> str:
+    """Verify a package folder or tarball (see the module docstring)."""
+    try:
+        with unpack.opened(path) as folder:
+            return verify_folder(folder, threads)
+    except unpack.ArchiveError as err:
+        raise CheckFailed(str(err)) from None
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("package", type=Path, help="dist/NAME or dist/NAME.tar.gz")
+    parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+
+
+def run(args) -> int:
+    """The `verify` subcommand: print the summary on success (failures raise)."""
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    print(f"ok: {verify(args.package, args.threads)}")
+    return 0
