@@ -26,6 +26,7 @@ from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.onnx_io import copy_model, has_external_data, load, save
 from core.staging import StagedFile, check_file_output, check_folder_output
 from surgery.probe import declared, probe_feeds
+from surgery.probe_sizes import guess_shapes, other_sizes
 from surgery.run import fmt_dims, log, parse_named_shapes, timed
 
 
@@ -208,13 +209,20 @@ def cmd_audit(args) -> int:
 # --- doctor / fix-dims / set-batch / freeze --------------------------------------------------------
 
 
+def _probe_shapes(args, model) -> tuple[dict[str, tuple[int, ...]], str | None]:
+    """--probe shapes, plus a guessed size for image inputs with symbolic sides (and the line saying so)."""
+    return guess_shapes(model, parse_named_shapes(args.probe, model, "--probe"))
+
+
 def cmd_doctor(args) -> int:
     model = load(args.input)
-    shapes = parse_named_shapes(args.probe, model, "--probe")
     grid = None
     if "export_grid_thw" in model.metadata_props:
         grid = resolve_grid(model, None, None)
+    shapes, guess = _probe_shapes(args, model) if grid is None else (parse_named_shapes(args.probe, model, "--probe"), None)
     report = doctor_mod.diagnose(model, shapes, grid)
+    if guess:
+        report["probe_guess"] = guess
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -224,9 +232,13 @@ def cmd_doctor(args) -> int:
 
 def cmd_fix_dims(args) -> int:
     model = load(args.input)
-    shapes = parse_named_shapes(args.probe, model, "--probe")
+    shapes, guess = _probe_shapes(args, model)
+    if guess:
+        print(f"probe: {guess}")
     feeds = probe_feeds(model, shapes)
-    new, report = fix_dims_mod.fix_dims(model, feeds)
+    second = other_sizes(model, feeds)
+    more = [second] if second is not None else []
+    new, report = fix_dims_mod.fix_dims(model, feeds, more)
     print(f"fix-dims: {len(report['conflicts'])} conflicting symbol(s), {len(report['stale'])} stale claim(s), "
           f"{report['value_info_dropped']} value_info entries dropped and re-inferred")
     for where, change in report["renamed_input_dims"].items():
@@ -234,8 +246,11 @@ def cmd_fix_dims(args) -> int:
     for where in report["cleared_output_dims"]:
         print(f"  cleared  {where}")
     print(f"  now declares: {_io_line(new)}")
-    report.update({"command": "fix-dims", "probe": {k: list(v.shape) for k, v in feeds.items()}})
-    return _write_verified(args, new, report, lambda saved: fix_dims_mod.verify(saved, model, feeds))
+    report.update({"command": "fix-dims", "probe": {k: list(v.shape) for k, v in feeds.items()},
+                   "probed_sizes": [{k: list(v.shape) for k, v in f.items()} for f in [feeds, *more]]})
+    if guess:
+        report["probe_guess"] = guess
+    return _write_verified(args, new, report, lambda saved: fix_dims_mod.verify(saved, model, feeds, more))
 
 
 def cmd_set_batch(args) -> int:
@@ -249,18 +264,27 @@ def cmd_set_batch(args) -> int:
         if batch <= 0:
             raise UsageError(f"--batch {batch}: the batch must be a positive integer (or 'dynamic')")
     model = load(args.input)
-    shapes = parse_named_shapes(args.probe, model, "--probe")
+    shapes, guess = _probe_shapes(args, model)
+    if guess:
+        print(f"probe: {guess}")
     chunk = set_batch_mod.old_batch(model) or 1
     if batch is not None and batch % chunk:
         raise UsageError(f"--batch {batch} is not a multiple of the old batch {chunk}, so samples cannot be checked "
                        "against the original; pick a multiple")
-    new, report = set_batch_mod.set_batch(model, batch, shapes)
+    with timed("rewriting batch constants and finding each output's batch layout"):
+        new, report = set_batch_mod.set_batch(model, batch, shapes)
+    layouts = report.pop("layouts")
     print(f"set-batch: batch {report['old_batch']} -> {report['new_batch']} (probe batch {report['probe_batch']})")
-    for line in report["reshapes"]:
-        print(f"  reshape  {line}")
+    for finding in report["constants"]:
+        print(f"  batch    {finding['message']} -> {finding['replacement']}")
     for where, change in report["renamed_input_dims"].items():
         print(f"  renamed  {where}: {change}")
+    for name, layout in layouts.items():
+        print(f"  layout   {name}: {layout.describe(chunk)}")
     print(f"  now declares: {_io_line(new)}")
+    report["layouts"] = {k: {**v.to_json(), "layout": v.describe(chunk)} for k, v in layouts.items()}
+    if guess:
+        report["probe_guess"] = guess
     sizes = [batch] if batch is not None else [chunk, 3 * chunk]
     with _staged(args) as stage:
         save(new, stage.model_path, external=has_external_data(args.input) or None)
@@ -268,7 +292,7 @@ def cmd_set_batch(args) -> int:
         ok, lines = True, []
         for size in sizes:
             with timed(f"verifying at batch {size}"):
-                good, more = set_batch_mod.verify(saved, model, report["probe"], size, chunk)
+                good, more = set_batch_mod.verify(saved, model, report["probe"], size, chunk, layouts)
             ok &= good
             lines += more
         for line in lines:

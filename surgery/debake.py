@@ -58,13 +58,13 @@ def debake(model: ir.Model, grid: Grid, patches_input: str = "pixel_values",
     for finding in fixable:
         node = nodes_by_name[finding.node]
         original = ir.convenience.get_const_tensor(node.inputs[finding.input])
-        node.replace_input_with(finding.input, _computed(emitter, finding, original))
+        node.replace_input_with(finding.input, computed_shape(emitter, finding, original))
     graph.insert_before(graph.node(0), emitter.nodes)
     RemoveUnusedNodesPass()(new)
     return new, report
 
 
-def _computed(emitter: Emitter, finding: Finding, original) -> ir.Value:
+def computed_shape(emitter: Emitter, finding: Finding, original) -> ir.Value:
     """The replacement for one shape constant: Concat of constant runs and computed entries."""
     by_index = {e.index: e for e in finding.entries}
     pieces, run = [], []

@@ -4,7 +4,10 @@ Checks, all by running the model at the probe shapes (see `surgery.probe`):
 - fails-in-ort: the model as written fails in ONNX Runtime at the probe;
 - dim-param-conflict: one `dim_param` names tensors of different real sizes (ORT then re-uses a
   buffer of the wrong size: "Shape mismatch attempting to re-use buffer");
-- stale-shape: a declared dim, rank or type (value_info, input, output) contradicts the run;
+- stale-shape: a declared dim, rank or type (value_info, input, output) contradicts a run; claims
+  are checked at every size doctor runs (the probe, a second size with every non-batch symbolic
+  dim changed, e.g. 640 -> 320, and the one-symbol-at-a-time runs below), and the line says at
+  which sizes the claim holds and at which it fails;
 - static-symbol: an input dim declared symbolic (`s77`) that the model does not follow: it fails,
   or its outputs keep the old size, when that dim alone changes;
 - fails-at-other-grid / grid-constant: for models with an export grid (`surgery.debake`);
@@ -28,6 +31,7 @@ from surgery.probe import (
     probe_feeds,
     stale,
 )
+from surgery.probe_sizes import other_sizes
 from surgery.run import random_array, timed, try_run
 
 #: At most this many input symbols get their own extra probe run.
@@ -39,7 +43,7 @@ def _shapes(feeds: dict[str, np.ndarray]) -> str:
 
 
 def diagnose(model: ir.Model, probe_shapes: dict[str, tuple[int, ...]], grid: Grid | None = None) -> dict:
-    """Every problem of `model` at the probe shapes, plus notes on data-dependent sizes.
+    """Every problem of `model` at the probe shapes (and the other sizes it runs), plus notes.
 
     Args:
         model: the model to examine (not modified).
@@ -47,8 +51,8 @@ def diagnose(model: ir.Model, probe_shapes: dict[str, tuple[int, ...]], grid: Gr
         grid: export grid for models with grid_thw (from metadata); adds the grid checks.
 
     Returns:
-        {"probe": {name: shape}, "problems": [{"kind", "message", ...}], "notes": [...],
-         "sizes": dataflow.classify(model)}
+        {"probe": {name: shape}, "sizes_run": [probe text, ...], "problems": [{"kind", "message", ...}],
+         "notes": [...], "sizes": dataflow.classify(model)}
     """
     feeds = probe_feeds(model, probe_shapes, grid)
     problems: list[dict] = []
@@ -61,26 +65,66 @@ def diagnose(model: ir.Model, probe_shapes: dict[str, tuple[int, ...]], grid: Gr
     with timed(f"running it without shape claims, {len(decl)} declared tensors as outputs"):
         real, _, neutral_error = observe(model, feeds)
     conflicting: set[str] = set()
+    runs: list[tuple[str, dict]] = []
     if real is None:
         problems.append({"kind": "fails-without-shape-claims", "message":
                          f"fails at {_shapes(feeds)} even with every shape claim removed: {neutral_error}"})
     else:
+        runs.append((_shapes(feeds), real))
         for conflict in conflicts(decl, real):
             conflicting.add(conflict["symbol"])
             problems.append({"kind": "dim-param-conflict", **conflict, "message":
                              f"{describe_conflict(conflict)}; ORT plans memory as if they were equal; "
                              "fix: python -m surgery fix-dims IN OUT"})
-        for item in stale(decl, real):
-            problems.append({"kind": "stale-shape", **item, "message":
-                             f"{item['role']} '{item['tensor']}' declares {item['declared']}, the tensor is "
-                             f"{item['real']} ({item['why']}); fix: python -m surgery fix-dims IN OUT"})
-        problems += _symbol_checks(model, feeds, decl, conflicting, grid, notes)
+        if grid is None:
+            problems += _second_size(model, feeds, decl, runs, notes)
+        problems += _symbol_checks(model, feeds, decl, conflicting, grid, notes, runs)
+        problems += _claims(decl, runs)
     if grid is not None:
         problems += _grid_checks(model, grid)
     sizes = dataflow.classify(model)
     notes += _size_notes(sizes)
-    return {"probe": {k: list(v.shape) for k, v in feeds.items()}, "problems": problems, "notes": notes,
-            "sizes": sizes}
+    return {"probe": {k: list(v.shape) for k, v in feeds.items()}, "sizes_run": [label for label, _ in runs],
+            "problems": problems, "notes": notes, "sizes": sizes}
+
+
+def _second_size(model, feeds, decl, runs, notes) -> list[dict]:
+    """Run at a second size (every non-batch symbolic dim changed); its real shapes join `runs`."""
+    alt = other_sizes(model, feeds)
+    if alt is None:
+        return []
+    label = _shapes(alt)
+    with timed(f"running it without shape claims at {label}"):
+        real, _, error = observe(model, alt)
+    if real is None:
+        notes.append({"kind": "second-size", "message": f"the model does not run at {label} even without shape "
+                      f"claims ({error}); its claims are checked at {_shapes(feeds)} only"})
+        return []
+    runs.append((label, real))
+    _, written_error = try_run(model, alt)
+    if written_error:
+        return [{"kind": "fails-in-ort", "message": f"fails in ONNX Runtime at {label} (it runs there without "
+                 f"its shape claims): {written_error}"}]
+    return []
+
+
+def _claims(decl, runs: list[tuple[str, dict]]) -> list[dict]:
+    """stale-shape: each declaration false at some run, with the sizes where it holds and fails."""
+    failing: dict[str, list[tuple[str, dict]]] = {}
+    for label, real in runs:
+        for item in stale(decl, real):
+            failing.setdefault(item["tensor"], []).append((label, item))
+    problems = []
+    for tensor, fails in failing.items():
+        first = fails[0][1]
+        bad = {label for label, _ in fails}
+        holds = [label for label, real in runs if tensor in real and label not in bad]
+        where = "; ".join(f"{label} (the tensor is {item['real']}: {item['why']})" for label, item in fails)
+        held = f"holds at {', '.join(holds)}; " if holds else ""
+        problems.append({"kind": "stale-shape", **first, "holds_at": holds, "fails_at": [label for label, _ in fails],
+                         "message": f"{first['role']} '{tensor}' declares {first['declared']}: {held}fails at {where}; "
+                                    "fix: python -m surgery fix-dims IN OUT"})
+    return problems
 
 
 def _listing(names: list[str], limit: int = 4) -> str:
@@ -110,8 +154,9 @@ def _size_notes(sizes: dict) -> list[dict]:
     return notes
 
 
-def _symbol_checks(model, feeds, decl, conflicting, grid, notes) -> list[dict]:
-    """static-symbol: change one input symbol at a time (halve it, or double 1 and odd sizes)."""
+def _symbol_checks(model, feeds, decl, conflicting, grid, notes, runs) -> list[dict]:
+    """static-symbol: change one input symbol at a time (halve it, or double 1 and odd sizes); each
+    run's real shapes join `runs` (where the claims are checked)."""
     grid_inputs = {"pixel_values", "grid_thw"} if grid is not None else set()
     symbols: dict[str, list[tuple[str, int]]] = {}
     for value in model.graph.inputs:
@@ -142,6 +187,7 @@ def _symbol_checks(model, feeds, decl, conflicting, grid, notes) -> list[dict]:
                              f"{symbol}={other} (it runs at {size}): {error}; if it is meant to be static: "
                              f"python -m surgery freeze IN OUT {freeze_hint}"})
             continue
+        runs.append((_shapes(alt), real))
         bad = [c for c in conflicts(decl, real) if c["symbol"] == symbol]
         if bad:
             problems.append({"kind": "static-symbol", "symbol": symbol, "message":
@@ -174,6 +220,10 @@ def _grid_checks(model: ir.Model, grid: Grid) -> list[dict]:
 def render(report: dict, path: str) -> list[str]:
     """Human-readable lines for a `diagnose` report."""
     lines = [f"doctor: {path} at " + " ".join(f"{k}={'x'.join(map(str, v))}" for k, v in report["probe"].items())]
+    if report.get("probe_guess"):
+        lines.append(f"  probe    {report['probe_guess']}")
+    if len(report.get("sizes_run", [])) > 1:
+        lines.append(f"  claims checked at {len(report['sizes_run'])} sizes: {' | '.join(report['sizes_run'])}")
     problems, notes = report["problems"], report["notes"]
     for p in problems:
         lines.append(f"  problem  {p['kind']}: {p['message']}")

@@ -4,8 +4,8 @@ Only declarations change, never nodes or weights:
 - input dims whose symbol conflicts get one symbol per (axis, real size) group: the leading axis
   becomes `batch`, others `<symbol or 'dim'>_<axis>` (the `?` on images' batch and on three FPN
   scales' heights no longer claims they are equal);
-- output dims keep a static size only if the run confirms it and a symbol only if it never
-  conflicts; the rest are cleared;
+- output dims keep a static size only if every probed size confirms it (SCRFD's `[12800, 1]` holds
+  at 640×640 only) and a symbol only if it never conflicts; the rest are cleared;
 - value_info is dropped and re-inferred by ONNX shape inference from the repaired inputs.
 """
 
@@ -72,8 +72,9 @@ def rename_input_symbols(model: ir.Model, real: dict, bad: set[str]) -> dict[str
     return renamed
 
 
-def redeclare(model: ir.Model, real: dict, conflict_list: list[dict]) -> dict:
-    """Rewrite the declarations of `model` in place from a probe run; returns what changed."""
+def redeclare(model: ir.Model, real: dict, conflict_list: list[dict], more: list[dict] = ()) -> dict:
+    """Rewrite the declarations of `model` in place from a probe run (`real`, input symbols are
+    renamed from it) and the runs at other sizes (`more`: a static output dim must hold in all)."""
     bad = {c["symbol"] for c in conflict_list}
     renamed = rename_input_symbols(model, real, bad)
     keep = {}
@@ -82,10 +83,12 @@ def redeclare(model: ir.Model, real: dict, conflict_list: list[dict]) -> dict:
         if value.shape is None:
             continue
         shape = real.get(value.name, (None,))[0]
+        others = [r[value.name][0] for r in more if value.name in r]
         dims = []
         for axis, dim in enumerate(value.shape):
             symbol = None if isinstance(dim, int) else dim.value
-            ok_static = isinstance(dim, int) and shape is not None and axis < len(shape) and shape[axis] == dim
+            ok_static = isinstance(dim, int) and all(
+                s is not None and axis < len(s) and s[axis] == dim for s in [shape, *others])
             ok_symbol = symbol is not None and symbol not in bad
             dims.append(dim if ok_static or ok_symbol else None)
             if dims[-1] is None:
@@ -97,23 +100,42 @@ def redeclare(model: ir.Model, real: dict, conflict_list: list[dict]) -> dict:
     return {"renamed_input_dims": renamed, "cleared_output_dims": cleared, "value_info_dropped": value_info}
 
 
-def fix_dims(model: ir.Model, feeds: dict[str, np.ndarray]) -> tuple[ir.Model, dict]:
-    """Repair shape claims of `model` from a probe run at `feeds`.
+def fix_dims(model: ir.Model, feeds: dict[str, np.ndarray], more: list[dict[str, np.ndarray]] = ()
+             ) -> tuple[ir.Model, dict]:
+    """Repair shape claims of `model` from probe runs at `feeds` and at the other sizes `more`.
 
     Returns:
-        (new model, report): report lists the conflicts and stale claims found and the changes.
+        (new model, report): report lists the conflicts and stale claims found (at any size) and the changes.
 
     Raises:
-        CheckFailed: the model fails at `feeds` even with every shape claim removed.
+        CheckFailed: the model fails at a probe even with every shape claim removed.
     """
     decl = declared(model)
-    real, _, error = observe(model, feeds)
-    if real is None:
-        raise CheckFailed(f"the model fails at the probe even without shape claims, so it cannot be repaired: {error}")
-    found_conflicts, found_stale = conflicts(decl, real), stale(decl, real)
+    reals = []
+    for where in [feeds, *more]:
+        real, _, error = observe(model, where)
+        if real is None:
+            raise CheckFailed(f"the model fails at {_where(where)} even without shape claims, so it cannot be "
+                              f"repaired there: {error}")
+        reals.append(real)
+    found_conflicts = _union([conflicts(decl, r) for r in reals], "symbol")
+    found_stale = _union([stale(decl, r) for r in reals], "tensor")
     new = model.clone()
-    changes = redeclare(new, real, found_conflicts)
+    changes = redeclare(new, reals[0], found_conflicts, reals[1:])
     return new, {"conflicts": found_conflicts, "stale": found_stale, **changes}
+
+
+def _union(lists: list[list[dict]], key: str) -> list[dict]:
+    """Items of every list, the first one per `key`."""
+    seen: dict[str, dict] = {}
+    for items in lists:
+        for item in items:
+            seen.setdefault(item[key], item)
+    return list(seen.values())
+
+
+def _where(feeds: dict[str, np.ndarray]) -> str:
+    return " ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
 
 
 def check_claims(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[str]:
@@ -127,15 +149,24 @@ def check_claims(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[str]:
     return lines
 
 
-def verify(fixed: ir.Model, original: ir.Model, feeds: dict[str, np.ndarray]) -> tuple[bool, list[str]]:
-    """`fixed` runs as written at `feeds`, its claims are true there, its outputs equal the original's
-    (run without shape claims, since the original may not run as written)."""
-    where = " ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
-    got, error = try_run(fixed, feeds)
-    if got is None:
-        return False, [f"at {where}: fails: {error}"]
-    wrong = check_claims(fixed, feeds)
-    if wrong:
-        return False, [f"at {where}: claims still wrong: {'; '.join(wrong)}"]
-    ok, lines = compare_outputs(got, observe(original, feeds)[1])
-    return ok, [f"at {where}: runs, claims true, same outputs as IN: " + "; ".join(lines)]
+def verify(fixed: ir.Model, original: ir.Model, feeds: dict[str, np.ndarray],
+           more: list[dict[str, np.ndarray]] = ()) -> tuple[bool, list[str]]:
+    """At `feeds` and at each of `more`: `fixed` runs as written, its claims are true, its outputs
+    equal the original's (run without shape claims, since the original may not run as written)."""
+    ok, lines = True, []
+    for at in [feeds, *more]:
+        where = _where(at)
+        got, error = try_run(fixed, at)
+        if got is None:
+            ok = False
+            lines.append(f"at {where}: fails: {error}")
+            continue
+        wrong = check_claims(fixed, at)
+        if wrong:
+            ok = False
+            lines.append(f"at {where}: claims still wrong: {'; '.join(wrong)}")
+            continue
+        same, texts = compare_outputs(got, observe(original, at)[1])
+        ok &= same
+        lines.append(f"at {where}: runs, claims true, same outputs as IN: " + "; ".join(texts))
+    return ok, lines

@@ -127,7 +127,7 @@ def inferred_shapes(model: ir.Model) -> dict[str, list[int | None] | None]:
     return shapes
 
 
-def _ints(tensor) -> list[int] | None:
+def const_ints(tensor) -> list[int] | None:
     array = tensor.numpy()
     if array.dtype.kind == "f":
         if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
@@ -274,7 +274,7 @@ def find(model: ir.Model, grid: Grid) -> list[Finding]:
             if tensor is None:
                 continue
             shape_role.add(node.inputs[idx].name)
-            values = _ints(tensor)
+            values = const_ints(tensor)
             if values is not None:
                 finding = _classify(node, idx, values, classifier, shapes)
                 if finding:
@@ -350,7 +350,7 @@ def _subgraph_findings(node: ir.Node, classifier: _Classifier) -> list[Finding]:
                 for idx in SHAPE_INPUTS.get(inner.op_type, ()):
                     if idx < len(inner.inputs) and inner.inputs[idx] is not None:
                         tensor = ir.convenience.get_const_tensor(inner.inputs[idx])
-                        values = _ints(tensor) if tensor is not None else None
+                        values = const_ints(tensor) if tensor is not None else None
                         entries = classifier.entries(values)[0] if values else []
                         if entries:
                             out.append(Finding(
@@ -388,7 +388,7 @@ def _folded(graph: ir.Graph, classifier: _Classifier, shape_role: set[str]) -> l
             elif classifier.grid.uniform and (matches := classifier.strong_matches(d)):
                 reasons.append(f"dim {axis} = {d} = {matches[0].name}")
         if tensor.dtype.is_integer() and tensor.size <= 64 and not reasons:
-            held = sorted({v for v in (_ints(tensor) or []) if v in totals and v > classifier.limit})
+            held = sorted({v for v in (const_ints(tensor) or []) if v in totals and v > classifier.limit})
             reasons += [f"holds {v} = {totals[v]}" for v in held]
         if reasons:
             out.append(Finding(

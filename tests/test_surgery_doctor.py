@@ -82,13 +82,27 @@ def test_doctor_cli_exit_status_and_json(tmp_path, capsys, name, proto, probe, c
     assert bool(report["problems"]) == (code == 1)
 
 
-def test_doctor_needs_a_probe_for_symbolic_spatial_dims(tmp_path, capsys):
+def test_doctor_guesses_symbolic_image_sides_and_checks_claims_at_two_sizes(tmp_path, capsys):
     proto = ex.naive_batch_rewrite(ex.fpn())
     for dim in proto.graph.input[0].type.tensor_type.shape.dim[2:]:
         dim.dim_param = "?"
     path = tmp_path / "m.onnx"
     onnx.save(proto, path)
+    assert main(["doctor", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "running at images=1x3x640x640" in out
+    assert "claims checked at 2 sizes: images=1x3x640x640 | images=1x3x320x320" in out
+    assert ("output 'score_8' declares [?,4,64]: fails at images=1x3x640x640 (the tensor is [1,4,6400]: axis 2 64 "
+            "but really 6400); images=1x3x320x320 (the tensor is [1,4,1600]: axis 2 64 but really 1600)") in out
+
+
+def test_doctor_needs_a_probe_when_no_guess_runs(tmp_path, capsys):
+    proto = ex.naive_batch_rewrite(ex.fpn())
+    for dim in proto.graph.input[0].type.tensor_type.shape.dim[1:]:
+        dim.dim_param = "?"  # channels symbolic too: not an image input it can guess for
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
     assert main(["doctor", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [("error: input 'images' has non-static dims [?,3,?,?]; say the size to run it at with "
-                    "--probe images=1x3xSIZExSIZE")]
+    assert err == [("error: input 'images' has non-static dims [?,?,?,?]; say the size to run it at with "
+                    "--probe images=1xSIZExSIZExSIZE")]

@@ -31,7 +31,10 @@ def test_batch_32_matches_original_per_sample(source):
     decl = declared(new)
     assert decl["images"].dims == (32, 3, 64, 64)
     assert [decl[f"score_{s}"].dims for s in (2, 4, 8)] == [(32, 4, 1024), (32, 4, 256), (32, 4, 64)]
-    assert len(report["reshapes"]) == (3 if source == "baked-batch" else 0)
+    rewritten = [(f["node"], f["replacement"]) for f in report["constants"]]
+    assert rewritten == ([(f"flatten{i}", "[0, 4, -1]") for i in range(3)] if source == "baked-batch" else [])
+    assert {k: (v.axis, v.rows, v.block) for k, v in report["layouts"].items()} == {
+        "score_2": (0, 1, 1), "score_4": (0, 1, 1), "score_8": (0, 1, 1)}
     _check_per_sample(new, 32)
 
 
