@@ -1,0 +1,82 @@
+"""What the generic export command needs to know about the Phi-4-multimodal image embedding.
+
+Inputs travel as {name: array}: pixel_values float32 [num_images, max_num_crops, 3, 448, 448],
+image_attention_mask float32 [num_images, max_num_crops, 32, 32], image_sizes int64 [num_images, 2];
+one output image_features [num_image_tokens, out_hidden]. An example (the export's, or a validation
+layout) is a list of original image sizes [height, width] in pixels, laid out as the processor does.
+"""
+
+import json
+
+import numpy as np
+import torch
+
+from builders.config import ModelConfig
+from builders.onnx_export import IOSpec
+from builders.phi4_mm import crops, layouts
+from builders.phi4_mm.model import ImageFeatures, build_from_checkpoint, build_random, reference_outputs
+
+NAME = "phi-4-mm"
+INPUT_NAMES = list(crops.INPUT_NAMES)
+OUTPUT_NAMES = [crops.OUTPUT_NAME]
+# Two images with different crop grids (a one-image or one-crop example lets torch.export specialise).
+EXAMPLE_IMAGES = layouts.EXAMPLE_IMAGES
+
+
+def build(config: ModelConfig, checkpoint: str | None, seed: int) -> tuple[torch.nn.Module, dict]:
+    """The eager image embedding and facts for the report (`weights`: random | checkpoint)."""
+    if checkpoint:
+        embed, folder = build_from_checkpoint(checkpoint)
+        return embed, {"weights": "checkpoint", "checkpoint": str(folder)}
+    return build_random(config, seed), {"weights": "random", "seed": seed}
+
+
+def io_spec(embed=None) -> IOSpec:
+    """Names and symbolic dims: only the image count, the crop count and the token count vary."""
+    images = {0: crops.DIM_IMAGES}
+    both = {0: crops.DIM_IMAGES, 1: crops.DIM_CROPS}
+    axes = {"pixel_values": both, "image_attention_mask": both, "image_sizes": images,
+            crops.OUTPUT_NAME: {0: crops.DIM_TOKENS}}
+    return IOSpec(INPUT_NAMES, OUTPUT_NAMES, axes)
+
+
+def export_module(embed) -> torch.nn.Module:
+    return ImageFeatures(embed).eval()
+
+
+def check_inputs(inputs: dict[str, np.ndarray]) -> None:
+    """UsageError unless the pack is one the Phi-4 image processor could produce."""
+    crops.check_inputs(inputs)
+
+
+def example_inputs(embed, images: list, seed: int) -> dict[str, torch.Tensor]:
+    """Random pixels for the example images, as torch tensors by input name."""
+    pack = layouts.pack(images, np.random.default_rng(seed))
+    return {name: torch.from_numpy(array) for name, array in pack.items()}
+
+
+def validation_cases(embed, images: list, seed: int) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """(name, inputs) for every parity layout (see `layouts.validation_layouts`)."""
+    rng = np.random.default_rng(seed + 1)
+    return [(name, layouts.pack(sizes, rng)) for name, sizes in layouts.validation_layouts(images)]
+
+
+def reference(embed):
+    """{name: array} -> [image_features] of the eager model (eager attention), numpy."""
+    return lambda inputs: reference_outputs(embed, inputs)
+
+
+def metadata(embed, images: list) -> dict:
+    """Facts later stages read from the ONNX."""
+    grids = [crops.layout(h, w) for h, w in images]
+    config = embed.config
+    return {
+        "family": NAME,
+        "export_image_sizes": json.dumps([list(x) for x in images]),
+        "export_num_crops": max(g.crops for g in grids),
+        "export_num_tokens": crops.num_tokens(grids),
+        "crop_size": crops.CROP,
+        "patch_size": crops.PATCH,
+        "feature_layer": config.vision_config.feature_layer,
+        "out_hidden_size": config.hidden_size,
+    }
