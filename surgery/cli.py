@@ -166,8 +166,10 @@ def cmd_debake(args) -> int:
     for line in report["collisions"]:
         print(f"  warning: {line}")
     external = has_external_data(args.input)
+    # with nothing to fix `new` is `model`: it is still written (not copied) when it lacked the grid's metadata
+    write = bool(report["fixed"]) or debake_mod.record_grid(new, grid)
     with _staged(args) as stage:
-        if report["fixed"]:
+        if write:
             with timed(f"writing {'with external data ' if external else ''}to a temporary folder"):
                 save(new, stage.model_path, external=external or None)
         else:

@@ -9,6 +9,7 @@ export grid it must match the original, at another grid its output sizes must fo
 from __future__ import annotations
 
 import contextlib
+import json
 
 import numpy as np
 import onnx_ir as ir
@@ -61,7 +62,19 @@ def debake(model: ir.Model, grid: Grid, patches_input: str = "pixel_values",
         node.replace_input_with(finding.input, computed_shape(emitter, finding, original))
     graph.insert_before(graph.node(0), emitter.nodes)
     RemoveUnusedNodesPass()(new)
+    record_grid(new, grid)
     return new, report
+
+
+def record_grid(model: ir.Model, grid: Grid) -> bool:
+    """Write `grid` into `model`'s metadata (export_grid_thw, spatial_merge_size), as the export stage
+    does, so `audit OUT` and `doctor OUT` find it without --grid; returns whether anything changed."""
+    want = {"export_grid_thw": json.dumps(grid.to_json()), "spatial_merge_size": str(grid.merge)}
+    props = model.metadata_props
+    if all(props.get(k) == v for k, v in want.items()):
+        return False
+    props.update(want)
+    return True
 
 
 def computed_shape(emitter: Emitter, finding: Finding, original) -> ir.Value:

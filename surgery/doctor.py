@@ -187,7 +187,8 @@ def _symbol_checks(model, feeds, decl, conflicting, grid, notes, runs) -> list[d
                              f"{symbol}={other} (it runs at {size}): {error}; if it is meant to be static: "
                              f"python -m surgery freeze IN OUT {freeze_hint}"})
             continue
-        runs.append((_shapes(alt), real))
+        if _shapes(alt) not in {label for label, _ in runs}:
+            runs.append((_shapes(alt), real))
         bad = [c for c in conflicts(decl, real) if c["symbol"] == symbol]
         if bad:
             problems.append({"kind": "static-symbol", "symbol": symbol, "message":

@@ -278,6 +278,23 @@ def naive_batch_rewrite(model: onnx.ModelProto, symbol: str = "?") -> onnx.Model
     return out
 
 
+def naive_fixed_batch(model: onnx.ModelProto, batch: int, symbol: str = "?") -> onnx.ModelProto:
+    """The batch script of the shape-failure reports, on a real detector: axis 0 of the input and of
+    every 4-D value_info set to `batch`, `symbol` on every other unknown dim (inputs, outputs,
+    value_info). On SCRFD the `?` then claims the three FPN scales are equal: "Shape mismatch
+    attempting to re-use buffer"."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    for vi in list(graph.input) + [vi for vi in graph.value_info if len(vi.type.tensor_type.shape.dim) == 4]:
+        vi.type.tensor_type.shape.dim[0].dim_value = batch
+    for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+        for dim in vi.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value"):
+                dim.dim_param = symbol
+    return out
+
+
 def stale_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` after a careless edit: value_info of p1 still says 8×8 where the tensor is 16×16."""
     out = onnx.ModelProto()
