@@ -1,0 +1,167 @@
+"""Qwen3-VL image preprocessing from files equals transformers' processor on the same files.
+
+The reference is `Qwen2VLImageProcessorPil.from_pretrained(package folder)` applied to the pillow image
+of each file with its EXIF orientation applied (what `transformers.image_utils.load_image` does before
+its own RGB conversion): the processor then makes RGB itself (transparency onto white). The runtime
+loads the file with `runtime.images` and hands RGB to the same processor configured from the same
+`preprocessor_config.json`, so this checks the file loading and the configuration end to end.
+
+Also home of `write_images`, the test images every preprocessing test uses: the smoke sizes, odd sizes,
+every pillow mode the loader converts, an EXIF-rotated JPEG and real photographs from skimage.data.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+from transformers.image_utils import load_image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+from core.errors import UsageError
+from runtime import images
+from runtime.layouts import MAX_PIXELS, MIN_PIXELS
+from runtime.preprocess import qwen3_vl
+
+# (height, width) of the generated RGB images: the smoke sizes and odd ones
+SIZES = {"224x224": (224, 224), "336x336": (336, 336), "448x448": (448, 448), "512x384": (512, 384),
+         "37x53": (37, 53), "4000x3000": (3000, 4000)}
+MODES = ["gray", "rgba", "palette", "gray16", "exif_jpeg"]
+PHOTOS = ["astronaut", "coffee", "camera"]
+
+
+def _pixels(height: int, width: int, seed: int) -> np.ndarray:
+    """Smooth gradients plus noise, uint8 [H, W, 3]: resampling errors show up in both."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([x * 255 / max(width - 1, 1), y * 255 / max(height - 1, 1), (x + y) % 256], axis=-1)
+    return np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
+
+
+def write_images(folder: Path) -> dict[str, Path]:
+    """Write every test image into `folder`; returns {name: path}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for i, (name, (h, w)) in enumerate(SIZES.items()):
+        paths[name] = folder / f"{name}.png"
+        Image.fromarray(_pixels(h, w, i)).save(paths[name], compress_level=1)
+    paths["1x1000"] = folder / "1x1000.png"
+    Image.fromarray(_pixels(1, 1000, 9)).save(paths["1x1000"])
+    rgb = _pixels(120, 200, 10)
+    paths["gray"] = folder / "gray.png"
+    Image.fromarray(rgb[..., 0]).save(paths["gray"])
+    rgba = np.concatenate([rgb, np.linspace(0, 255, 200, dtype=np.uint8)[None, :, None].repeat(120, 0)], -1)
+    paths["rgba"] = folder / "rgba.png"
+    Image.fromarray(rgba, "RGBA").save(paths["rgba"])
+    paths["palette"] = folder / "palette.png"
+    Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(paths["palette"], transparency=0)
+    paths["gray16"] = folder / "gray16.png"
+    Image.fromarray((rgb[..., 1].astype(np.uint16) * 257 // 3)).save(paths["gray16"])  # mode I;16
+    paths["exif_jpeg"] = folder / "exif.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    Image.fromarray(rgb).save(paths["exif_jpeg"], exif=exif, quality=95)
+    skdata = pytest.importorskip("skimage.data", reason="scikit-image (dev extra) ships the sample photos")
+    for name in PHOTOS:
+        paths[name] = folder / f"{name}.png"
+        Image.fromarray(getattr(skdata, name)()).save(paths[name])
+    return paths
+
+
+def reference_image(path: Path) -> Image.Image:
+    """The pillow image transformers' processors get from a file: decoded, EXIF orientation applied."""
+    return ImageOps.exif_transpose(Image.open(path))
+
+
+@pytest.fixture(scope="module")
+def test_images(tmp_path_factory) -> dict[str, Path]:
+    return write_images(tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture(scope="module")
+def package_folder(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("qwen_processor")
+    qwen3_vl.save_config(folder)
+    return folder
+
+
+def test_saved_config_is_qwen3_vl(package_folder):
+    proc = Qwen2VLImageProcessorPil.from_pretrained(str(package_folder))
+    assert (proc.patch_size, proc.temporal_patch_size, proc.merge_size) == (16, 2, 2)
+    assert (proc.size["shortest_edge"], proc.size["longest_edge"]) == (MIN_PIXELS, MAX_PIXELS)
+    assert list(proc.image_mean) == [0.5] * 3 and list(proc.image_std) == [0.5] * 3
+
+
+@pytest.mark.parametrize("name", [*SIZES, *MODES, *PHOTOS])
+def test_preprocess_equals_processor(name, test_images, package_folder):
+    path = test_images[name]
+    reference = Qwen2VLImageProcessorPil.from_pretrained(str(package_folder))(
+        reference_image(path), return_tensors="np")
+    pixel_values, grid = qwen3_vl.preprocess(qwen3_vl.load_processor(package_folder), [images.load_rgb(path)])
+    np.testing.assert_array_equal(grid, reference["image_grid_thw"])
+    assert pixel_values.dtype == np.float32 and pixel_values.shape == reference["pixel_values"].shape
+    assert np.abs(pixel_values - reference["pixel_values"]).max() <= 1e-5
+    assert pixel_values.shape[1] == 1536
+
+
+def test_mixed_pack_equals_processor(test_images, package_folder):
+    names = ["224x224", "512x384", "37x53", "rgba", "coffee"]
+    reference = Qwen2VLImageProcessorPil.from_pretrained(str(package_folder))(
+        [reference_image(test_images[n]) for n in names], return_tensors="np")
+    pixel_values, grid = qwen3_vl.preprocess(qwen3_vl.load_processor(package_folder),
+                                             [images.load_rgb(test_images[n]) for n in names])
+    np.testing.assert_array_equal(grid, reference["image_grid_thw"])
+    assert len({tuple(g) for g in grid.tolist()}) == len(names)  # really mixed sizes
+    assert np.abs(pixel_values - reference["pixel_values"]).max() <= 1e-5
+
+
+def test_exif_rotation_as_transformers_load_image(test_images):
+    loaded = images.load_rgb(test_images["exif_jpeg"])
+    assert loaded.shape == (200, 120, 3)  # 120 x 200 stored, shown rotated
+    np.testing.assert_array_equal(loaded, np.asarray(load_image(str(test_images["exif_jpeg"]))))
+
+
+@pytest.mark.parametrize("name", ["gray", "palette", "gray16"])
+def test_modes_become_rgb_as_transformers_load_image(name, test_images):
+    """Without transparency, the processors' conversion is pillow's convert('RGB'), as load_image's."""
+    loaded = images.load_rgb(test_images[name])
+    assert loaded.dtype == np.uint8 and loaded.shape[2] == 3
+    if name != "palette":  # the palette image has a transparent entry: composited onto white instead
+        np.testing.assert_array_equal(loaded, np.asarray(load_image(str(test_images[name]))))
+
+
+def test_transparency_composited_onto_white(test_images):
+    rgba = np.asarray(Image.open(test_images["rgba"]))
+    loaded = images.load_rgb(test_images["rgba"])
+    np.testing.assert_array_equal(loaded[:, 0], np.full_like(loaded[:, 0], 255))  # alpha 0: white
+    np.testing.assert_array_equal(loaded[:, -1], rgba[:, -1, :3])  # alpha 255: the colour
+
+
+def test_extreme_aspect_ratio_refused_like_processor(test_images, package_folder):
+    with pytest.raises(ValueError, match="aspect ratio"):
+        Qwen2VLImageProcessorPil.from_pretrained(str(package_folder))(reference_image(test_images["1x1000"]))
+    with pytest.raises(UsageError, match="aspect ratio"):
+        qwen3_vl.preprocess(qwen3_vl.load_processor(package_folder), [images.load_rgb(test_images["1x1000"])])
+
+
+def test_bad_files_name_the_file(tmp_path):
+    text = tmp_path / "notes.png"
+    text.write_text("not an image\n")
+    good = tmp_path / "good.png"
+    Image.fromarray(_pixels(64, 64, 0)).save(good)
+    truncated = tmp_path / "truncated.png"
+    truncated.write_bytes(good.read_bytes()[:200])
+    (tmp_path / "empty").mkdir()
+    for path in (text, truncated, tmp_path / "missing.png"):
+        with pytest.raises(UsageError, match=path.name):
+            images.load_rgb(path)
+    with pytest.raises(UsageError, match="empty"):
+        images.expand([tmp_path / "empty"])
+
+
+def test_missing_or_foreign_config(tmp_path):
+    with pytest.raises(UsageError, match="preprocessor_config.json is missing"):
+        qwen3_vl.load_processor(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_text('{"dynamic_hd": 36}')
+    with pytest.raises(UsageError, match="not a Qwen2-VL/Qwen3-VL"):
+        qwen3_vl.load_processor(tmp_path)

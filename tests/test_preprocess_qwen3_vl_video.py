@@ -1,0 +1,90 @@
+"""The numpy port of the Qwen3-VL video processor equals transformers' `Qwen3VLVideoProcessor`.
+
+Derivation of the reference: transformers' processor (5.23) is run itself — `smart_resize`, the fused
+rescale + normalise, `patchify` with its temporal padding, the grouping by shape — with the torchvision
+functions it calls replaced by the torch-op stand-in of `test_preprocess_resample` (its bicubic resize
+of uint8 frames is torch's native uint8 antialiased kernel, as torchvision calls it on CPU). Frames are
+given as already sampled (`do_sample_frames=False`) and the per-frame pixel cap is off
+(`cap_pixels_per_frame=False`, the processor's current default).
+"""
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from core.errors import UsageError
+from runtime import images
+from runtime.preprocess import qwen3_vl_video
+from tests.test_preprocess_qwen3_vl import _pixels, reference_image
+from tests.test_preprocess_resample import install_torchvision_stub
+
+# (frames, height, width): even and odd frame counts, odd sizes, tall and wide, below the minimum
+VIDEOS = [(4, 224, 224), (3, 37, 53), (2, 300, 500), (5, 480, 640), (6, 1000, 30), (4, 512, 384)]
+
+
+@pytest.fixture
+def transformers_video_processor(monkeypatch):
+    """transformers' Qwen3VLVideoProcessor (class defaults) on the torchvision stand-in."""
+    functional = install_torchvision_stub(monkeypatch)
+    import transformers.video_processing_utils as video_utils
+
+    module = importlib.import_module("transformers.models.qwen3_vl.video_processing_qwen3_vl")
+    monkeypatch.setattr(video_utils, "tvF", functional, raising=False)
+    monkeypatch.setattr(module, "tvF", functional, raising=False)
+    return module.Qwen3VLVideoProcessor()
+
+
+def write_frames(folder: Path, count: int, height: int, width: int) -> list[Path]:
+    """`count` RGB PNG frames of one size (frame i: its own gradients and noise)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"frame_{i:03d}.png" for i in range(count)]
+    for i, path in enumerate(paths):
+        Image.fromarray(_pixels(height, width, 100 + i)).save(path)
+    return paths
+
+
+def reference(processor, paths: list[Path]):
+    frames = [reference_image(p).convert("RGB") for p in paths]
+    return processor(videos=[frames], do_sample_frames=False, cap_pixels_per_frame=False, return_tensors="np")
+
+
+def test_defaults_are_the_processors(transformers_video_processor):
+    proc = transformers_video_processor
+    defaults = qwen3_vl_video.DEFAULTS
+    assert defaults["size"] == {"shortest_edge": proc.size["shortest_edge"], "longest_edge": proc.size["longest_edge"]}
+    for key in ("patch_size", "temporal_patch_size", "merge_size", "rescale_factor"):
+        assert defaults[key] == getattr(proc, key)
+    assert list(defaults["image_mean"]) == list(proc.image_mean)
+    assert list(defaults["image_std"]) == list(proc.image_std)
+
+
+@pytest.mark.parametrize("video", VIDEOS, ids=lambda v: "{}x{}x{}".format(*v))
+def test_preprocess_equals_processor(video, transformers_video_processor, tmp_path):
+    paths = write_frames(tmp_path, *video)
+    expected = reference(transformers_video_processor, paths)
+    pixel_values, grid = qwen3_vl_video.preprocess([images.load_rgb(p) for p in paths], qwen3_vl_video.settings())
+    np.testing.assert_array_equal(grid, expected["video_grid_thw"])
+    assert grid[0, 0] == (video[0] + 1) // 2  # t: frames over the temporal patch, the last one repeated
+    assert pixel_values.dtype == np.float32 and pixel_values.shape == expected["pixel_values_videos"].shape
+    assert np.abs(pixel_values - expected["pixel_values_videos"]).max() <= 1e-5
+
+
+def test_settings_from_package_files(tmp_path):
+    assert qwen3_vl_video.settings(tmp_path, {"patch_size": 14, "merge_size": 2})["patch_size"] == 14
+    (tmp_path / "video_preprocessor_config.json").write_text(json.dumps({"size": {"shortest_edge": 4096,
+                                                                                "longest_edge": 1 << 24}}))
+    values = qwen3_vl_video.settings(tmp_path, {"patch_size": 14})
+    assert values["size"]["shortest_edge"] == 4096 and values["patch_size"] == 16
+
+
+def test_bad_videos(tmp_path):
+    one = write_frames(tmp_path / "one", 1, 64, 64)
+    with pytest.raises(UsageError, match="at least 2 frames"):
+        qwen3_vl_video.preprocess([images.load_rgb(p) for p in one], qwen3_vl_video.settings())
+    mixed = write_frames(tmp_path / "a", 1, 64, 64) + write_frames(tmp_path / "b", 1, 64, 80)
+    with pytest.raises(UsageError, match="one size"):
+        qwen3_vl_video.preprocess([images.load_rgb(p) for p in mixed], qwen3_vl_video.settings())
