@@ -289,8 +289,9 @@ def debatch(model: ir.Model, feeds: dict[str, np.ndarray], batch_input: str) -> 
             done.add((finding.node, finding.input))
             findings.append(finding)
         new_nodes = [n for n in emitter.nodes if n.graph is None]
-        if new_nodes:
+        if new_nodes:  # they may use nodes emitted in an earlier round: insert, then restore topological order
             graph.insert_before(graph.node(0), new_nodes)
+            graph.sort()
         error = None
     RemoveUnusedNodesPass()(model)
     return findings, error

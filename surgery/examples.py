@@ -306,6 +306,48 @@ def stale_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def batch_baked_ops(channels: int = 4, size: int = 8) -> onnx.ModelProto:
+    """A batch-1 trace with the batch baked into every kind of shape input set-batch rewrites.
+
+    Input x [1, C, s, s]; up = Resize(x, sizes [1, C, 2s, 2s]); kept = Slice(up, ends [1] on axis 0);
+    bias = Expand(b [1, 2, 1, 1], [1, 2, 2s, 2s]); zeros = ConstantOfShape([1, 1, 2s, 2s]);
+    grid = Tile(g [1, 1, 2s, 2s], [1, 1, 1, 1]); Concat(kept, bias, zeros, grid; axis 1) flattened
+    by Reshape [1, -1] -> y [1, (C + 4)·4s²]. Right at batch 1; at batch 2 the Resize drops sample 1.
+    """
+    rng = np.random.default_rng(4)
+    big = 2 * size
+    inits = [
+        _i64("up_sizes", [1, channels, big, big]), _i64("zero", [0]), _i64("one", [1]),
+        _f32("b", rng.standard_normal((1, 2, 1, 1))), _i64("bias_shape", [1, 2, big, big]),
+        _i64("zeros_shape", [1, 1, big, big]), _f32("g", rng.standard_normal((1, 1, big, big))),
+        _i64("repeats", [1, 1, 1, 1]), _i64("flat", [1, -1]),
+    ]
+    nodes = [
+        helper.make_node("Resize", ["x", "", "", "up_sizes"], ["up"], mode="nearest", name="upsample"),
+        helper.make_node("Slice", ["up", "zero", "one", "zero"], ["kept"], name="keep"),
+        helper.make_node("Expand", ["b", "bias_shape"], ["bias"], name="bias"),
+        helper.make_node("ConstantOfShape", ["zeros_shape"], ["zeros"], name="zeros",
+                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        helper.make_node("Tile", ["g", "repeats"], ["grid"], name="grid"),
+        helper.make_node("Concat", ["kept", "bias", "zeros", "grid"], ["stacked"], axis=1, name="stack"),
+        helper.make_node("Reshape", ["stacked", "flat"], ["y"], name="flatten"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, (channels + 4) * big * big])]
+    return _model(nodes, inputs, outputs, inits, name="batch_baked_ops")
+
+
+def batch_mixing() -> onnx.ModelProto:
+    """y = x + ReduceSum(x over the batch): every sample's output depends on the others."""
+    nodes = [
+        helper.make_node("ReduceSum", ["x", "axis0"], ["total"], keepdims=1),
+        helper.make_node("Add", ["x", "total"], ["y"]),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])]
+    return _model(nodes, inputs, outputs, [_i64("axis0", [0])], name="batch_mixing")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Symbolic batch on a model meant to be static; data-dependent output
 

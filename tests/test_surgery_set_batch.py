@@ -68,3 +68,26 @@ def test_set_batch_cli(tmp_path, capsys):
     assert "verified: batch 32: 32 chunk(s) of 1 vs the original" in text
     _check_per_sample(ir.load(str(out)), 32)
     assert main(["doctor", str(out)]) == 0
+
+
+def test_batch_constants_of_every_kind_follow_the_batch():
+    model = ir.from_proto(ex.batch_baked_ops())
+    new, report = set_batch(model, None, {})
+    assert [(f["op"], f["replacement"]) for f in report["constants"]] == [
+        ("Resize", "[N, 4, 16, 16]"), ("Slice", "[N]"), ("Expand", "[N, 2, 16, 16]"),
+        ("ConstantOfShape", "[N, 1, 16, 16]"), ("Tile", "[N, 1, 1, 1]"), ("Reshape", "[0, -1]")]
+    x = np.random.default_rng(1).standard_normal((5, 4, 8, 8)).astype(np.float32)
+    got = run(new, {"x": x})["y"]
+    original = ex.batch_baked_ops()
+    for i in range(5):
+        np.testing.assert_array_equal(got[i:i + 1], run(original, {"x": x[i:i + 1]})["y"])
+
+
+def test_outputs_that_mix_samples_are_refused(tmp_path, capsys):
+    src, out = tmp_path / "in" / "mix.onnx", tmp_path / "out"
+    src.parent.mkdir()
+    onnx.save(ex.batch_mixing(), src)
+    assert main(["set-batch", str(src), str(out), "--batch", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "at batch 2 the outputs mix samples: no chunking (contiguous or in blocks) matches" in err
+    assert not out.exists()
