@@ -337,6 +337,32 @@ def batch_baked_ops(channels: int = 4, size: int = 8) -> onnx.ModelProto:
     return _model(nodes, inputs, outputs, inits, name="batch_baked_ops")
 
 
+def interleaved_head(channels: int = 4, anchors: int = 2) -> onnx.ModelProto:
+    """An SCRFD 500m-style head: Conv -> Transpose(perm [2, 3, 0, 1]) -> Reshape [-1, 1].
+
+    Input x [1, C, ?, ?]; output scores [H·W·anchors, 1]. At batch B the rows are ordered
+    (h, w, sample, anchor): the samples interleave in blocks of `anchors` rows.
+    """
+    rng = np.random.default_rng(6)
+    inits = [_f32("w", rng.standard_normal((anchors, channels, 1, 1))), _i64("flat", [-1, 1])]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["map"], name="head"),
+        helper.make_node("Transpose", ["map"], ["hwbc"], perm=[2, 3, 0, 1], name="to_hwbc"),
+        helper.make_node("Reshape", ["hwbc", "flat"], ["scores"], name="flatten"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, "?", "?"])]
+    outputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["?", 1])]
+    return _model(nodes, inputs, outputs, inits, name="interleaved_head")
+
+
+def fixed_size(side: int = 320) -> onnx.ModelProto:
+    """Input x [1, 3, ?, ?] that runs only at side×side (a Reshape to [1, 3·side²])."""
+    nodes = [helper.make_node("Reshape", ["x", "flat"], ["y"], name="flatten")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "?", "?"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3 * side * side])]
+    return _model(nodes, inputs, outputs, [_i64("flat", [1, 3 * side * side])], name="fixed_size")
+
+
 def batch_mixing() -> onnx.ModelProto:
     """y = x + ReduceSum(x over the batch): every sample's output depends on the others."""
     nodes = [

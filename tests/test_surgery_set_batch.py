@@ -91,3 +91,18 @@ def test_outputs_that_mix_samples_are_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "at batch 2 the outputs mix samples: no chunking (contiguous or in blocks) matches" in err
     assert not out.exists()
+
+
+def test_interleaved_head_layout_is_found_and_each_sample_matches(capsys):
+    model = ir.from_proto(ex.interleaved_head())
+    new, report = set_batch(model, 3, {"x": (1, 4, 8, 8)})
+    layout = report["layouts"]["scores"]
+    assert (layout.axis, layout.rows, layout.block) == (0, 128, 2)
+    assert layout.describe(1) == ("axis 0 = batch × 128, samples interleaved: blocks of 2 from each sample in turn "
+                                  "(sample i = that axis viewed as [64, batch, 2], [:, i])")
+    x = np.random.default_rng(2).standard_normal((3, 4, 8, 8)).astype(np.float32)
+    got = run(new, {"x": x})["scores"].reshape(64, 3, 2)  # rows ordered (h·w, sample, anchor)
+    for i in range(3):
+        np.testing.assert_array_equal(got[:, i].reshape(128, 1), run(model, {"x": x[i:i + 1]})["scores"])
+    ok, lines = verify(new, model, report["probe"], 3, 1, report["layouts"])
+    assert ok and lines[1] == "batch 3: 3 chunk(s) of 1 vs the original: scores max abs diff 0.00e+00"
