@@ -1,6 +1,7 @@
 """Small demo models that show each problem `surgery` fixes; used by the tests and the README.
 
     python -m surgery.examples DIR     # writes every demo model to DIR/*.onnx
+    python -m surgery.examples DIR --real ../shared/fixtures/real   # the naive batch script on SCRFD 500m
 
 - `baked_merger`: a patch merger traced at one 22×30-patch image (an 11×15 merge grid): Reshape to
   [1, 11, 2, 15, 2, -1], Reshape to [165, -1], Slice/Range/Expand/Tile/Split/ConstantOfShape sized
@@ -12,6 +13,11 @@
   makes of it (one `?` on every unknown dim -> ORT "Shape mismatch attempting to re-use buffer").
 - `symbolic_batch`: an export meant for batch 4 that still declares a symbolic batch `s77`.
 - `nonzero_model`: output size set by NonZero (data-dependent).
+- `batch_baked_ops` / `interleaved_head` / `batch_mixing`: a batch-1 trace with the batch baked into
+  Resize/Slice/Expand/ConstantOfShape/Tile/Reshape; an SCRFD 500m-style head whose samples
+  interleave; an output that mixes samples (set-batch refuses it).
+- `naive_fixed_batch`: the failure reports' batch script, for real detectors (`write_real`).
+- `fixed_size`: runs at one image size only (default-probe tests).
 
 Models are built with onnx.helper; weights are seeded random numbers.
 """
@@ -449,6 +455,7 @@ def write_all(folder: str | Path) -> list[Path]:
         "fpn_baked_batch": fpn(baked_batch=True),
         "fpn_naive_batch": naive_batch_rewrite(fpn()),
         "fpn_stale": stale_value_info(fpn()),
+        "batch_baked_ops": batch_baked_ops(),
         "symbolic_batch": symbolic_batch(),
         "nonzero": nonzero_model(),
     }
@@ -460,8 +467,26 @@ def write_all(folder: str | Path) -> list[Path]:
     return paths
 
 
+def write_real(folder: str | Path, fixtures: str | Path) -> list[Path]:
+    """Write what the README's real-detector example starts from: `scrfd_500m_naive.onnx`, the
+    naive batch script (`naive_fixed_batch`, batch 2) applied to `fixtures`/scrfd_500m.onnx."""
+    source = Path(fixtures) / "scrfd_500m.onnx"
+    if not source.is_file():
+        sys.exit(f"error: {source} not found; give the folder holding the real detectors (../shared/fixtures/real)")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "scrfd_500m_naive.onnx"
+    onnx.save(naive_fixed_batch(onnx.load(str(source)), 2), str(path))
+    return [path]
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m surgery.examples DIR")
-    for written in write_all(sys.argv[1]):
-        print(written)
+    args = sys.argv[1:]
+    if len(args) == 3 and args[1] == "--real":
+        written = write_real(args[0], args[2])
+    elif len(args) == 1:
+        written = write_all(args[0])
+    else:
+        sys.exit("usage: python -m surgery.examples DIR [--real FIXTURES]   (FIXTURES: ../shared/fixtures/real)")
+    for path in written:
+        print(path)

@@ -57,3 +57,22 @@ def test_fix_dims_cli_writes_verified_model(tmp_path, capsys):
     assert report["command"] == "fix-dims" and report["probe"] == {"images": [32, 3, 64, 64]}
     assert main(["doctor", str(out), "--probe", "images=32x3x64x64"]) == 0
     assert sorted(p.name for p in out.parent.iterdir()) == ["model.onnx", "report.json"]
+
+
+def test_claims_true_at_one_size_only_are_repaired_and_verified_at_both(tmp_path, capsys):
+    # the FPN with symbolic sides keeps output shapes [1, 4, 1024] ... that hold at 64×64 only
+    proto = ex.fpn()
+    for dim in proto.graph.input[0].type.tensor_type.shape.dim[2:]:
+        dim.dim_param = "side"
+    src, out = tmp_path / "in" / "m.onnx", tmp_path / "out"
+    src.parent.mkdir()
+    onnx.save(proto, src)
+    assert main(["fix-dims", str(src), str(out), "--probe", "images=1x3x64x64"]) == 0
+    text = capsys.readouterr().out
+    assert "fix-dims: 0 conflicting symbol(s), 16 stale claim(s)" in text  # 3 outputs, 13 4-D value_info
+    assert "cleared  score_2 axis 2" in text
+    assert "verified: at images=1x3x64x64: runs, claims true, same outputs as IN" in text
+    assert "verified: at images=1x3x32x32: runs, claims true, same outputs as IN" in text
+    report = json.loads((out / "report.json").read_text())
+    assert report["probed_sizes"] == [{"images": [1, 3, 64, 64]}, {"images": [1, 3, 32, 32]}]
+    assert main(["doctor", str(out / "model.onnx"), "--probe", "images=1x3x128x128"]) == 0
