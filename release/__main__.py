@@ -12,15 +12,17 @@ even where it is installed (transformers would import it for its image processor
 
 import os
 import sys
-
-# Before anything imports transformers: hide torch so that transformers takes its torch-free paths.
-if "torch" not in sys.modules:
-    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` now raises ImportError
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" notice
-
 from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
+
+
+def hide_torch() -> None:
+    """Make `import torch` fail in this process (before transformers is imported), so that transformers
+    takes its torch-free paths even where torch is installed."""
+    if "torch" not in sys.modules:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` now raises ImportError
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" notice
 
 
 def parse_args(argv: list[str] | None):
@@ -64,4 +66,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    hide_torch()
     sys.exit(main())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -247,5 +248,6 @@ def run(args) -> int:
     """The `verify` subcommand: print the summary on success (failures raise)."""
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" notice
     print(f"ok: {verify(args.package, args.threads)}")
     return 0

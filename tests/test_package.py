@@ -1,0 +1,316 @@
+"""Release packages (`python -m release package`) and `python -m runtime verify` on the tiny encoder.
+
+The build is the tiny TorchScript export (conftest) + the optimize and int4 stages run through the
+quantize CLI. verify must pass on a fresh package (folder and tarball) and fail, naming the file, on one
+flipped byte, a missing file, a tampered manifest and a package claiming the other family; the
+tarball must be byte-identical across runs; crafted tarballs must be refused with nothing written.
+"""
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from release import __main__ as release_cli
+from release import stages
+from release.package import package, sums_text
+from runtime import __main__ as runtime_cli
+from runtime import smoke, unpack
+from tests.conftest import single_error
+
+NAME = "qwen3-vl-tiny"
+
+
+@pytest.fixture(scope="module")
+def build(tiny_exports, tmp_path_factory) -> Path:
+    """build/qwen3-vl-tiny/{export, optimized, int4} from the tiny TorchScript export."""
+    from quantize import __main__ as quantize_cli
+
+    root = tmp_path_factory.mktemp("build") / NAME
+    shutil.copytree(tiny_exports["torchscript"], root / "export")
+    assert quantize_cli.main(["optimize", str(root / "export"), str(root / "optimized"), "--threads", "1"]) == 0
+    assert quantize_cli.main(["int4", str(root / "optimized"), str(root / "int4"), "--block-size", "32",
+                              "--threads", "1"]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def dist(build, tmp_path_factory) -> Path:
+    """dist/ holding the package of `build`, made through the command line."""
+    out = tmp_path_factory.mktemp("dist")
+    assert release_cli.main(["package", str(build), "--dist", str(out), "--threads", "1"]) == 0
+    return out
+
+
+def verify(path, capsys) -> tuple[int, str]:
+    """Exit code and stderr of `python -m runtime verify PATH`."""
+    capsys.readouterr()
+    code = runtime_cli.main(["verify", str(path), "--threads", "1"])
+    return code, capsys.readouterr().err
+
+
+def copy_package(dist: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(dist / NAME, tmp_path / NAME))
+
+
+def resign(folder: Path) -> None:
+    """Rewrite SHA256SUMS after an edit, as a forger would, so that only deeper checks can object."""
+    (folder / "SHA256SUMS").write_text(sums_text(folder))
+
+
+def edit_manifest(folder: Path, change) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    change(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def test_package_layout(dist, build):
+    folder = dist / NAME
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert files == ["README.md", "SHA256SUMS", "config.json", "manifest.json", "onnx/vision_encoder.onnx",
+                     "onnx/vision_encoder_q4.onnx", "preprocessor_config.json"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["family"] == "qwen3-vl" and manifest["model"] == NAME
+    assert [(v["name"], v["stage"], v["file"]) for v in manifest["variants"]] == [
+        ("fp32", "optimized", "onnx/vision_encoder.onnx"), ("q4", "int4", "onnx/vision_encoder_q4.onnx")]
+    # fp32 is the optimized stage's model, byte for byte (no external data to rename)
+    assert (folder / "onnx/vision_encoder.onnx").read_bytes() == (build / "optimized/model.onnx").read_bytes()
+    assert manifest["inputs"] == [{"name": "pixel_values", "dtype": "float32", "dims": ["num_patches", 1536]},
+                                  {"name": "grid_thw", "dtype": "int64", "dims": ["num_images", 3]}]
+    assert [o["name"] for o in manifest["outputs"]] == ["image_embeds", "deepstack_embeds_0", "deepstack_embeds_1"]
+    assert all(o["dims"] == ["num_tokens", 96] for o in manifest["outputs"])
+    assert manifest["weights"] == {"source": "random", "seed": 0}
+    assert manifest["export"]["path"] == "torchscript"
+    assert {"torch", "transformers", "onnx", "onnxruntime"} <= set(manifest["versions"])
+    int4_report = json.loads((build / "int4/report.json").read_text())
+    q4 = manifest["variants"][1]
+    assert q4["quantization"] == int4_report["config"]
+    assert q4["accuracy_vs_fp32"]["min_cosine"] == int4_report["validation"]["min_cosine"]
+    export_cases = json.loads((build / "export/report.json").read_text())["validation"]["cases"]
+    assert [c["case"] for c in manifest["stages"][0]["validation"]["cases"]] == [c["case"] for c in export_cases]
+    for path, record in manifest["files"].items():
+        assert record["size"] == (folder / path).stat().st_size
+    card = (folder / "README.md").read_text()
+    assert "RANDOM weights" in card and "vision_encoder_q4.onnx" in card and "python -m runtime verify" in card
+
+
+def test_preprocessor_loads_and_grids_like_the_smoke_inputs(dist):
+    """AutoImageProcessor.from_pretrained(dist/NAME) loads the processor, and it grids each smoke size as
+    the manifest (and verify) do."""
+    from PIL import Image
+    from transformers import AutoConfig, AutoImageProcessor
+
+    folder = dist / NAME
+    processor = AutoImageProcessor.from_pretrained(folder)
+    assert type(processor).__name__ == "Qwen2VLImageProcessorPil"
+    assert (processor.patch_size, processor.merge_size, processor.temporal_patch_size) == (16, 2, 2)
+    assert list(processor.image_mean) == [0.5, 0.5, 0.5] and list(processor.image_std) == [0.5, 0.5, 0.5]
+    config = AutoConfig.from_pretrained(folder)
+    assert type(config).__name__ == "Qwen3VLVisionConfig" and config.depth == 4 and config.out_hidden_size == 96
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for case in manifest["smoke"]:
+        h, w = (int(x) for x in case["size"].split("x"))
+        batch = processor(images=[Image.new("RGB", (w, h))], return_tensors="np")
+        assert list(batch["pixel_values"].shape) == case["inputs"]["pixel_values"]
+        size_feeds = dict(smoke.smoke_cases("qwen3-vl", processor.to_dict()))[case["size"]]
+        np.testing.assert_array_equal(batch["image_grid_thw"], size_feeds["grid_thw"])
+
+
+def test_verify_passes_on_folder_and_tarball(dist, capsys):
+    for path in (dist / NAME, dist / f"{NAME}.tar.gz"):
+        code, err = verify(path, capsys)
+        assert code == 0, err
+        assert "onnx/vision_encoder_q4.onnx: runs at 224x224, 336x336, 448x448, 512x384" in err
+
+
+def test_tarball_is_reproducible(build, dist, tmp_path):
+    """Two more runs give the same bytes; entries are sorted with fixed owner, mode and mtime."""
+    again = [package(build, tmp_path / f"d{i}", threads=1)[1].read_bytes() for i in range(2)]
+    first = (dist / f"{NAME}.tar.gz").read_bytes()
+    assert again[0] == first and again[1] == first
+    assert first[4:8] == b"\0\0\0\0"  # gzip header mtime 0
+    with tarfile.open(dist / f"{NAME}.tar.gz") as tar:
+        members = tar.getmembers()
+    assert [m.name for m in members] == sorted(m.name for m in members)
+    assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in members} == {(0, 0, "", "", 0)}
+    assert {m.mode for m in members if m.isfile()} == {0o644} and {m.mode for m in members if m.isdir()} == {0o755}
+
+
+def test_verify_fails_on_flipped_byte(dist, tmp_path, capsys):
+    folder = copy_package(dist, tmp_path)
+    model = folder / "onnx/vision_encoder_q4.onnx"
+    data = bytearray(model.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    model.write_bytes(bytes(data))
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err).startswith("error: onnx/vision_encoder_q4.onnx: sha256")
+
+
+def test_verify_fails_on_flipped_byte_in_tarball(dist, tmp_path, capsys):
+    data = bytearray((dist / f"{NAME}.tar.gz").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    archive = tmp_path / f"{NAME}.tar.gz"
+    archive.write_bytes(bytes(data))
+    code, err = verify(archive, capsys)
+    assert code == 1
+    line = single_error(err)
+    assert str(archive) in line or "sha256" in line
+
+
+def test_verify_fails_on_missing_file(dist, tmp_path, capsys):
+    folder = copy_package(dist, tmp_path)
+    (folder / "onnx/vision_encoder_q4.onnx").unlink()
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err) == "error: onnx/vision_encoder_q4.onnx: missing (listed in SHA256SUMS)"
+
+
+def test_verify_fails_on_added_file(dist, tmp_path, capsys):
+    folder = copy_package(dist, tmp_path)
+    (folder / "onnx/extra.onnx").write_bytes(b"x")
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err).startswith("error: onnx/extra.onnx: is not listed in SHA256SUMS")
+
+
+def test_verify_fails_on_tampered_manifest(dist, tmp_path, capsys):
+    folder = copy_package(dist, tmp_path)
+
+    def shrink(manifest):
+        manifest["smoke"][0]["outputs"]["image_embeds"] = [63, 96]
+
+    edit_manifest(folder, shrink)
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err).startswith("error: manifest.json: sha256")
+    resign(folder)  # a forger who also rewrites SHA256SUMS is caught by the smoke runs
+    code, err = verify(folder, capsys)
+    assert code == 1
+    line = single_error(err)
+    assert line.startswith("error: onnx/vision_encoder.onnx: at 224x224 gives output shapes") and "[63, 96]" in line
+
+
+def test_verify_fails_on_other_family(dist, tmp_path, capsys):
+    """A manifest claiming the other family (Phi-4-multimodal) for a Qwen3-VL model."""
+    folder = copy_package(dist, tmp_path)
+    edit_manifest(folder, lambda m: m.update(family="phi-4-mm"))
+    resign(folder)
+    code, err = verify(folder, capsys)
+    assert code == 1
+    line = single_error(err)
+    assert line.startswith("error: onnx/vision_encoder.onnx: the model's metadata says family 'qwen3-vl'")
+    assert "'phi-4-mm'" in line
+
+
+def test_verify_fails_on_swapped_variant_file(dist, tmp_path, capsys):
+    """A model file replaced by another model (same I/O) with SHA256SUMS and the manifest made to agree."""
+    folder = copy_package(dist, tmp_path)
+    shutil.copyfile(folder / "onnx/vision_encoder.onnx", folder / "onnx/vision_encoder_q4.onnx")
+    resign(folder)
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err).startswith("error: manifest.json: records sha256")
+
+
+def test_external_data_is_renamed_and_verified(tiny_exports, tmp_path, capsys):
+    """An fp32 model with external weights ships as vision_encoder.onnx + vision_encoder.onnx_data."""
+    build = tmp_path / "build" / NAME
+    (build / "export").mkdir(parents=True)
+    shutil.copyfile(tiny_exports["torchscript"] / "report.json", build / "export/report.json")
+    proto = onnx.load(str(tiny_exports["torchscript"] / "model.onnx"))
+    onnx.save_model(proto, str(build / "export/model.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=1024)
+    folder, _ = package(build, tmp_path / "dist", threads=1)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["variants"][0]["files"] == ["onnx/vision_encoder.onnx", "onnx/vision_encoder.onnx_data"]
+    assert manifest["variants"][0]["stage"] == "export"
+    code, err = verify(folder, capsys)
+    assert code == 0, err
+    (folder / "onnx/vision_encoder.onnx_data").unlink()
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err) == "error: onnx/vision_encoder.onnx_data: missing (listed in SHA256SUMS)"
+
+
+def test_variant_names_follow_the_suffix_convention(tmp_path):
+    found = {name: stages.Stage(name, tmp_path, tmp_path / "model.onnx", {})
+             for name in ("export", "surgery", "optimized", "int8", "int4")}
+    assert [(v.name, v.stage.name, v.file) for v in stages.variants(found)] == [
+        ("fp32", "optimized", "vision_encoder.onnx"), ("int8", "int8", "vision_encoder_int8.onnx"),
+        ("q4", "int4", "vision_encoder_q4.onnx")]
+    del found["optimized"]
+    assert stages.variants(found)[0].stage.name == "surgery"
+
+
+def _crafted(path: Path, member: tarfile.TarInfo, data: bytes = b"") -> Path:
+    """A tarball with a normal package file and one crafted member."""
+    with tarfile.open(path, "w:gz") as tar:
+        ok = tarfile.TarInfo(f"{NAME}/manifest.json")
+        ok.size = 2
+        tar.addfile(ok, io.BytesIO(b"{}"))
+        member.size = len(data) if member.isreg() else 0
+        tar.addfile(member, io.BytesIO(data) if member.isreg() else None)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    return info
+
+
+CRAFTED = {
+    "dotdot": (_member(f"{NAME}/../x"), "climbs out of the package"),
+    "top-dotdot": (_member("../x"), "climbs out of the package"),
+    "absolute": (_member("/tmp/x"), "absolute path"),
+    "symlink": (_member(f"{NAME}/onnx", tarfile.SYMTYPE, "/etc"), "symbolic link"),
+    "hardlink": (_member(f"{NAME}/x", tarfile.LNKTYPE, "/etc/passwd"), "hard link"),
+    "device": (_member(f"{NAME}/x", tarfile.CHRTYPE), "device file"),
+    "fifo": (_member(f"{NAME}/x", tarfile.FIFOTYPE), "FIFO"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CRAFTED))
+def test_crafted_tarball_is_refused_with_nothing_written(kind, tmp_path, capsys):
+    member, reason = CRAFTED[kind]
+    archive = _crafted(tmp_path / "evil.tar.gz", member, b"pwned")
+    dest = tmp_path / "deep" / "dest"
+    dest.mkdir(parents=True)
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    absolute_existed = Path("/tmp/x").exists()
+    with pytest.raises(unpack.ArchiveError, match=reason):
+        unpack.unpack(archive, dest)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+    assert Path("/tmp/x").exists() == absolute_existed
+    code, err = verify(archive, capsys)
+    assert code == 1
+    line = single_error(err)
+    assert str(archive) in line and reason in line
+
+
+def test_package_bad_input(tmp_path, capsys):
+    dist = tmp_path / "dist"
+    assert release_cli.main(["package", str(tmp_path / "nope"), "--dist", str(dist)]) == 2
+    assert "does not exist" in single_error(capsys.readouterr().err)
+    (tmp_path / "empty").mkdir()
+    assert release_cli.main(["package", str(tmp_path / "empty"), "--dist", str(dist)]) == 2
+    assert "no export stage" in single_error(capsys.readouterr().err)
+    assert release_cli.main(["package", str(tmp_path / "empty"), "--name", "../x"]) == 2
+    assert "--name" in single_error(capsys.readouterr().err)
+    assert not dist.exists()
+
+
+def test_verify_bad_input(tmp_path, capsys):
+    assert verify(tmp_path / "nope", capsys)[0] == 2
+    (tmp_path / "notes.txt").write_text("hello")
+    code, err = verify(tmp_path / "notes.txt", capsys)
+    assert code == 2 and "not a .tar.gz" in single_error(err)
+    code, err = verify(tmp_path, capsys)
+    assert code == 2 and "not a release package" in single_error(err)
