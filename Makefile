@@ -11,7 +11,7 @@ BUILD := build/$(MODEL)
 # (bench/results/latency.md: block 128 asymmetric, accuracy level 4).
 INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4
 
-.PHONY: install export test lint bench bench-export clean
+.PHONY: install export package test lint bench bench-export clean
 
 install: $(STAMP)
 
@@ -32,6 +32,14 @@ export: $(STAMP)
 	$(PY) -m surgery audit $(BUILD)/surgery/model.onnx
 	$(PY) -m quantize optimize $(BUILD)/surgery $(BUILD)/optimized
 	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(INT4_FLAGS)
+
+# Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,
+# preprocessor_config.json, manifest.json, README.md, SHA256SUMS) and dist/NAME.tar.gz (reproducible);
+# NAME is the export's model (qwen3-vl -> qwen3-vl-2b). SPEED=1 first times each variant for the model card.
+# Check it with `python -m runtime verify dist/NAME`.
+package: $(STAMP)
+	$(if $(SPEED),$(PY) -m release speed $(BUILD))
+	$(PY) -m release package $(BUILD) --dist dist
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
