@@ -1,7 +1,8 @@
-"""Phi-4-multimodal image layouts, derived from its image processor without torch or torchvision.
+"""Phi-4-multimodal image layouts (crop grids, masks, image_sizes, token counts) without pixels or torch.
 
 `Phi4MultimodalImageProcessor` (transformers 5.23, `image_processing_phi4_multimodal.py`) needs
-torchvision, which has no CPU build here. Its layout logic is pure integer arithmetic, restated here:
+torchvision, which has no CPU build here. Its layout logic is integer arithmetic, ported once in
+`runtime.preprocess.phi4_mm` (`crop_grid`, `hd_geometry`) and used here; what it does:
 
 - `dynamic_preprocess`: an image H x W (pixels) gets a crop grid of w = ceil(W / 448) by
   h = ceil(H / 448) crops; when w * h > dynamic_hd (36) the grid is instead the (w, h) with
@@ -27,12 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.errors import UsageError
+from runtime.preprocess import phi4_mm as preprocess
 
-CROP = 448  # crop side, pixels
-PATCH = 14  # patch side, pixels
+CROP = preprocess.DEFAULTS["size"]["height"]  # 448, crop side in pixels
+PATCH = preprocess.DEFAULTS["patch_size"]  # 14, patch side in pixels
 MASK = CROP // PATCH  # 32 mask entries per crop side
 POOLED = (MASK + 1) // 2  # 16 tokens per crop side after AvgPool 2
-DYNAMIC_HD = 36  # the processor's default maximum number of HD crops
+DYNAMIC_HD = preprocess.DEFAULTS["dynamic_hd"]  # 36, the processor's default maximum of HD crops
 INPUT_NAMES = ("pixel_values", "image_attention_mask", "image_sizes")
 OUTPUT_NAME = "image_features"
 DIM_IMAGES, DIM_CROPS, DIM_TOKENS = "num_images", "max_num_crops", "num_image_tokens"
@@ -64,39 +66,12 @@ class ImageLayout:
         return useful_h * (useful_w + 1) + 1 + POOLED * (POOLED + 1)
 
 
-def closest_ratio(aspect: float, width: int, height: int, max_num: int) -> tuple[int, int]:
-    """The processor's `find_closest_aspect_ratio` over its `target_ratios`: (crops across, crops down)."""
-    ratios = sorted({(i, j) for n in range(1, max_num + 1) for i in range(1, n + 1) for j in range(1, n + 1)
-                     if 1 <= i * j <= max_num}, key=lambda r: r[0] * r[1])
-    best, best_diff = (1, 1), float("inf")
-    for ratio in ratios:
-        diff = abs(aspect - ratio[0] / ratio[1])
-        if diff < best_diff:
-            best, best_diff = ratio, diff
-        elif diff == best_diff and width * height > 0.5 * CROP * CROP * ratio[0] * ratio[1]:
-            best = ratio
-    return best
-
-
 def layout(height: int, width: int, max_num: int = DYNAMIC_HD) -> ImageLayout:
     """The processor's layout of an image of `height` x `width` pixels (`dynamic_preprocess`)."""
     if height < 1 or width < 1:
         raise UsageError(f"image size {height}x{width}: height and width must be >= 1 pixel")
-    cols, rows = math.ceil(width / CROP), math.ceil(height / CROP)
-    if cols * rows > max_num:
-        cols, rows = closest_ratio(width / height, width, height, max_num)
-    target_w, target_h = CROP * cols, CROP * rows
-    if target_w / width < target_h / height:
-        new_w, new_h = target_w, int(height * target_w / width)
-        pad_w, pad_h = 0, target_h - new_h
-    else:
-        new_w, new_h = int(width * target_h / height), target_h
-        pad_w, pad_h = target_w - new_w, 0
-    if min(new_h, target_h) < 10 or min(new_w, target_w) < 10:
-        raise UsageError(f"image size {height}x{width}: the aspect ratio is too extreme for the processor")
-    valid_w = MASK * cols - (pad_w // PATCH if pad_w >= PATCH else 0)
-    valid_h = MASK * rows - (pad_h // PATCH if pad_h >= PATCH else 0)
-    return ImageLayout(rows, cols, valid_h, valid_w)
+    _, _, mask = preprocess.hd_geometry(height, width, CROP, PATCH, max_num)
+    return ImageLayout(mask.shape[0] // MASK, mask.shape[1] // MASK, int(mask[:, 0].sum()), int(mask[0].sum()))
 
 
 def pack_arrays(layouts: list[ImageLayout]) -> tuple[np.ndarray, np.ndarray]:

@@ -93,6 +93,17 @@ def crop_grid(height: int, width: int, crop: int, max_num: int) -> tuple[int, in
 def hd_image(image: np.ndarray, crop: int, patch: int, max_num: int) -> tuple[np.ndarray, np.ndarray]:
     """uint8 [3, H, W] -> (padded HD image uint8 [3, rows*crop, cols*crop], mask float32 [rows*m, cols*m])."""
     height, width = image.shape[-2:]
+    new_h, new_w, mask = hd_geometry(height, width, crop, patch, max_num)
+    target_h, target_w = mask.shape[0] // (crop // patch) * crop, mask.shape[1] // (crop // patch) * crop
+    resized = resize_uint8_aa(image, (new_h, new_w), "bilinear")
+    padded = np.full((3, target_h, target_w), 255, dtype=np.uint8)
+    padded[:, :new_h, :new_w] = resized
+    return padded, mask
+
+
+def hd_geometry(height: int, width: int, crop: int, patch: int, max_num: int) -> tuple[int, int, np.ndarray]:
+    """(resized height, resized width, mask float32 [rows*m, cols*m]) of a height x width image: the
+    layout half of the processor's `dynamic_preprocess`, without pixels."""
     cols, rows = crop_grid(height, width, crop, max_num)
     target_w, target_h = crop * cols, crop * rows
     ratio_w, ratio_h = target_w / width, target_h / height
@@ -110,10 +121,7 @@ def hd_image(image: np.ndarray, crop: int, patch: int, max_num: int) -> tuple[np
         mask[-math.floor(pad_h / patch):, :] = 0
     if min(new_h, target_h) < 10 or min(new_w, target_w) < 10:
         raise UsageError(f"image {width}x{height}: the aspect ratio is too extreme (resized to {new_w}x{new_h})")
-    resized = resize_uint8_aa(image, (new_h, new_w), "bilinear")
-    padded = np.full((3, target_h, target_w), 255, dtype=np.uint8)
-    padded[:, :new_h, :new_w] = resized
-    return padded, mask
+    return new_h, new_w, mask
 
 
 def preprocess_one(image: np.ndarray, config: dict) -> tuple[np.ndarray, np.ndarray, list[int], int]:
