@@ -9,7 +9,8 @@ same build folders give the same bytes. Keys:
 - `versions`: torch, transformers, onnx, onnxruntime, ... (from the stage reports; `by_stage` keeps each)
 - `weights`: {source: random, seed} or {source: checkpoint, checkpoint, files: {name: {sha256, size}}}
 - `export`: {path (torchscript | dynamo), opset, example_grid_thw, tolerance}
-- `stages`: per stage its validation numbers (per case: max_abs, max_rel, min_cosine, ok)
+- `stages`: per stage its validation numbers (per case, worst over outputs: max_abs, max_rel,
+  min_cosine of the flattened output, min_token_cosine of its rows, ok)
 - `variants`: per variant its file, stage, size, quantization settings and accuracy against fp32
 - `smoke`: per smoke size the inputs' shapes and the outputs' shapes of the fp32 model
 - `files`: {path: {sha256, size}} of every other file of the package (models, data, configs)
@@ -63,10 +64,10 @@ def _worst(outputs: dict) -> dict:
         values = [r[key] for r in records if key in r]
         if values:
             worst[key] = max(values)
-    cosines = [r.get("min_token_cosine", r.get("cosine")) for r in records]
-    cosines = [c for c in cosines if c is not None]
-    if cosines:
-        worst["min_cosine"] = min(cosines)
+    for key, source in (("min_cosine", "cosine"), ("min_token_cosine", "min_token_cosine")):
+        values = [r[source] for r in records if r.get(source) is not None]
+        if values:
+            worst[key] = min(values)
     return worst
 
 
@@ -77,7 +78,7 @@ def validation(report: dict) -> dict:
         return {}
     cases = [{"case": c.get("case"), **({"grid_thw": c["grid_thw"]} if "grid_thw" in c else {}),
               **_worst(c.get("outputs", {})), "ok": c.get("ok")} for c in val.get("cases", [])]
-    summary = {k: val[k] for k in ("reference", "passed", "max_abs", "min_cosine") if k in val}
+    summary = {k: val[k] for k in ("reference", "passed", "max_abs", "min_cosine", "min_token_cosine") if k in val}
     if "reference" not in summary and report.get("stage") == "export":
         summary["reference"] = "eager PyTorch model"
     return {**summary, "tolerance": report.get("tolerance"), "cases": cases}
@@ -108,8 +109,8 @@ def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> d
     val = report.get("validation", {})
     record["quantization"] = report.get("config", {})
     record["accuracy_vs_fp32"] = {"reference": f"{fp32.name} ({Path(report.get('input', '')).parent.name or '?'} stage)",
-                                  **{k: val[k] for k in ("max_abs", "min_cosine") if k in val}}
-    for key in ("quantized_nodes", "size_ratio"):
+                                  **{k: val[k] for k in ("max_abs", "min_cosine", "min_token_cosine") if k in val}}
+    for key in ("quantized_nodes", "size_ratio", "outlier_stress"):
         if key in report:
             record[key] = report[key]
     return record
