@@ -13,7 +13,7 @@ import numpy as np
 from core import onnx_io, session
 from core.errors import Parser, UsageError, main_wrapper
 from core.staging import check_result_file, staged_file
-from runtime import contract, verify
+from runtime import contract, embed, verify
 
 
 def check_finite(name: str, array: np.ndarray) -> None:
@@ -71,11 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--allow-nonfinite", action="store_true", help="run even if pixel_values holds NaN or Inf")
     verify.add_arguments(sub.add_parser("verify", help="check a release package (dist/NAME or dist/NAME.tar.gz): "
                                                      "checksums, manifest, every variant at the smoke sizes"))
+    embed.add_arguments(sub.add_parser("embed", help="embeddings of image files (and one video of frames) from a "
+                                                   "release package, one pack, written by image to an .npz"))
 
     def body() -> int:
         args = parser.parse_args(argv)
         if args.command == "verify":
             return verify.run(args)
+        if args.command == "embed":
+            return embed.run(args)
         if args.threads is not None and args.threads < 1:
             raise UsageError(f"--threads must be >= 1, got {args.threads}")
         names = encode(args.model, args.inputs, args.out, args.threads, args.force, args.allow_nonfinite)

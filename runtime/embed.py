@@ -1,0 +1,230 @@
+"""`python -m runtime embed IMAGE [IMAGE ...] --package DIR|DIR.tar.gz --out FILE.npz`: embeddings of image
+files (and of one video given as frames) from a release package, without torch.
+
+Every image (and the video) is preprocessed as the model's own processor does (runtime/preprocess/),
+then all of them run as one pack (mixed sizes) through `onnx/vision_encoder[_VARIANT].onnx`, and the
+outputs are split back per entry. FILE.npz holds:
+- `entries`: str [num_entries], `image_0`, `image_1`, ... in the order given, then `video`;
+- `ENTRY.source`: str [files] the file(s) of the entry (a video's frames in order);
+- Qwen3-VL: `ENTRY.grid_thw` int64 [3] (t, h, w in patches) and one array per model output,
+  `ENTRY.image_embeds` [t*h*w/4, out_hidden], `ENTRY.deepstack_embeds_K` likewise;
+- Phi-4-multimodal (images only): `ENTRY.image_size` int64 [2] (HD canvas height, width),
+  `ENTRY.num_crops` int64 (with the global crop), `ENTRY.image_features` [tokens, out_hidden].
+Bad input (unreadable image, empty folder, a package of another model, ...) is one `error:` line and
+exit 2, with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from core import session
+from core.errors import CheckFailed, UsageError
+from core.progress import say, step
+from core.staging import check_result_file, staged_file
+from runtime import contract, images, unpack
+from runtime.preprocess import phi4_mm, qwen3_vl, qwen3_vl_video
+
+TAG = "embed"
+MODEL_STEM = "onnx/vision_encoder"
+PROGRESS_EVERY = 8  # with more files than this, a progress line every this many
+
+
+@dataclass
+class Pack:
+    """One model run: the feeds by input name, and per entry its name, source files, facts and token count."""
+
+    feeds: dict[str, np.ndarray]
+    names: list[str] = field(default_factory=list)
+    sources: list[list[str]] = field(default_factory=list)
+    facts: list[dict[str, np.ndarray]] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+
+def read_manifest(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    if not path.is_file():
+        raise UsageError(f"{folder} is not a release package: manifest.json is missing")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("family") not in FAMILIES:
+        family = manifest.get("family") if isinstance(manifest, dict) else None
+        raise UsageError(f"{path}: family {family!r} is not one `embed` knows ({', '.join(FAMILIES)})")
+    return manifest
+
+
+def model_file(folder: Path, manifest: dict, variant: str) -> Path:
+    """The variant's ONNX file: as the manifest names it, else onnx/vision_encoder[_VARIANT].onnx."""
+    named = {v.get("name"): v.get("file") for v in manifest.get("variants", []) if isinstance(v, dict)}
+    relative = named.get(variant) or (f"{MODEL_STEM}.onnx" if variant == "fp32" else f"{MODEL_STEM}_{variant}.onnx")
+    path = folder / relative
+    if not path.is_file():
+        found = sorted(named) or sorted(
+            "fp32" if p.stem == "vision_encoder" else p.stem.removeprefix("vision_encoder_")
+            for p in (folder / "onnx").glob("vision_encoder*.onnx"))
+        raise UsageError(f"package {folder} has no variant {variant!r} ({relative} is missing); "
+                         f"variants: {', '.join(found) or 'none'}")
+    return path
+
+
+def load_images(paths: list[Path], what: str = "images") -> list[np.ndarray]:
+    """RGB uint8 [H, W, 3] per file, with a progress line every PROGRESS_EVERY files when there are many."""
+    loaded = []
+    for i, path in enumerate(paths, 1):
+        loaded.append(images.load_rgb(path))
+        if len(paths) > PROGRESS_EVERY and (i % PROGRESS_EVERY == 0 or i == len(paths)):
+            say(f"loaded {i}/{len(paths)} {what}", TAG)
+    return loaded
+
+
+def qwen3_vl_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]) -> Pack:
+    """Images through the transformers processor, the video through the port; one packed grid."""
+    processor = qwen3_vl.load_processor(folder)
+    merge = processor.merge_size
+    pixels, grids, pack = [], [], Pack(feeds={})
+    for i, (path, rgb) in enumerate(zip(image_paths, load_images(image_paths))):
+        try:
+            values, grid = qwen3_vl.preprocess(processor, [rgb])
+        except UsageError as err:
+            raise UsageError(f"{path}: {err}") from None
+        pixels.append(values)
+        grids.append(grid)
+        pack.names.append(f"image_{i}")
+        pack.sources.append([str(path)])
+    if frame_paths:
+        config = qwen3_vl_video.settings(folder, processor.to_dict())
+        try:
+            values, grid = qwen3_vl_video.preprocess(load_images(frame_paths, "video frames"), config)
+        except UsageError as err:
+            raise UsageError(f"video {frame_paths[0].parent}: {err}") from None
+        pixels.append(values)
+        grids.append(grid)
+        pack.names.append("video")
+        pack.sources.append([str(p) for p in frame_paths])
+    grid_thw = np.concatenate(grids).astype(np.int64)
+    pixel_values = np.concatenate(pixels).astype(np.float32)
+    contract.check_inputs(pixel_values, grid_thw, merge, pixel_values.shape[1])
+    pack.feeds = {"pixel_values": pixel_values, "grid_thw": grid_thw}
+    pack.facts = [{"grid_thw": g} for g in grid_thw]
+    pack.tokens = [int(np.prod(g)) // merge**2 for g in grid_thw]
+    return pack
+
+
+def phi4_mm_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]) -> Pack:
+    """Images through the numpy port of the Phi-4-multimodal processor (it takes no video)."""
+    if frame_paths:
+        raise UsageError("--video needs a Qwen3-VL package; Phi-4-multimodal embeds images only")
+    config = phi4_mm.load_config(folder)
+    parts = []
+    for path, rgb in zip(image_paths, load_images(image_paths)):
+        try:
+            parts.append(phi4_mm.preprocess([rgb], config))
+        except UsageError as err:
+            raise UsageError(f"{path}: {err}") from None
+    most = max(p["pixel_values"].shape[1] for p in parts)
+    pixel_values = np.zeros((len(parts), most) + parts[0]["pixel_values"].shape[2:], np.float32)
+    masks = np.ones((len(parts), most) + parts[0]["image_attention_mask"].shape[2:], np.float32)
+    for i, part in enumerate(parts):  # the processor's padding: zero crops, all-ones masks
+        crops = part["pixel_values"].shape[1]
+        pixel_values[i, :crops], masks[i, :crops] = part["pixel_values"][0], part["image_attention_mask"][0]
+    pack = Pack(feeds={"pixel_values": pixel_values, "image_attention_mask": masks,
+                       "image_sizes": np.concatenate([p["image_sizes"] for p in parts])})
+    for i, (path, part) in enumerate(zip(image_paths, parts)):
+        pack.names.append(f"image_{i}")
+        pack.sources.append([str(path)])
+        pack.facts.append({"image_size": part["image_sizes"][0],
+                           "num_crops": np.int64(part["pixel_values"].shape[1])})
+        pack.tokens.append(part["num_img_tokens"][0])
+    return pack
+
+
+FAMILIES = {"qwen3-vl": qwen3_vl_pack, "phi-4-mm": phi4_mm_pack}
+
+
+def cast_feeds(sess, feeds: dict[str, np.ndarray], model: Path, family: str) -> dict[str, np.ndarray]:
+    """The feeds in the session's input dtypes; UsageError when the model's inputs are not the family's."""
+    declared = {i.name: i.type for i in sess.get_inputs()}
+    if set(declared) != set(feeds):
+        raise UsageError(f"{model} has inputs {sorted(declared)}, not those of a {family} encoder "
+                         f"({sorted(feeds)}): the package holds another model")
+    dtypes = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+              "tensor(bool)": np.bool_}
+    return {name: array.astype(dtypes.get(declared[name], array.dtype), copy=False) for name, array in feeds.items()}
+
+
+def split(outputs: dict[str, np.ndarray], pack: Pack) -> dict[str, np.ndarray]:
+    """The npz content: every output cut into per-entry rows (see the module docstring)."""
+    total = sum(pack.tokens)
+    result = {"entries": np.array(pack.names)}
+    for name, array in outputs.items():
+        if array.shape[0] != total:
+            raise CheckFailed(f"output {name} has {array.shape[0]} rows, but the processor's layout gives "
+                              f"{total} tokens ({', '.join(map(str, pack.tokens))} per entry)")
+    ends = np.cumsum(pack.tokens)
+    for entry, source, facts, end, count in zip(pack.names, pack.sources, pack.facts, ends, pack.tokens):
+        result[f"{entry}.source"] = np.array(source)
+        result.update({f"{entry}.{k}": np.asarray(v) for k, v in facts.items()})
+        result.update({f"{entry}.{name}": array[end - count: end] for name, array in outputs.items()})
+    return result
+
+
+def _earlier_result(path: Path) -> bool:
+    """Whether an existing OUT is an earlier `embed` result (it may then be replaced)."""
+    try:
+        with np.load(path) as data:
+            return "entries" in data.files
+    except (OSError, ValueError, EOFError):
+        return False
+
+
+def embed(image_args: list[str], video_args: list[str], package: Path, variant: str, out: Path,
+          threads: int | None = None, force: bool = False) -> dict[str, np.ndarray]:
+    """Preprocess, run and write OUT.npz; returns what was written."""
+    image_paths = images.expand(image_args)
+    frame_paths = images.expand(video_args)
+    if not image_paths and not frame_paths:
+        raise UsageError("give at least one IMAGE or --video FRAME ...")
+    out = check_result_file(out, [*image_paths, *frame_paths, package], force, ".npz", _earlier_result)
+    with unpack.opened(package) as folder:
+        manifest = read_manifest(folder)
+        family = manifest["family"]
+        model = model_file(folder, manifest, variant)
+        with step(f"preprocess {len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video"
+                                                               if frame_paths else ""), tag=TAG):
+            pack = FAMILIES[family](folder, image_paths, frame_paths)
+        sess = session.open_session(model, threads)
+        feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family)
+        with step(f"run {model.relative_to(folder)} on {len(pack.names)} entries "
+                  f"({sum(pack.tokens)} tokens)", tag=TAG):
+            outputs = session.run(sess, feeds)
+    result = split(outputs, pack)
+    with staged_file(out) as tmp:
+        np.savez(tmp, **result)
+    return result
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("images", nargs="*", metavar="IMAGE", help="image files or folders of images")
+    parser.add_argument("--package", type=Path, required=True, help="dist/NAME or dist/NAME.tar.gz")
+    parser.add_argument("--variant", default="fp32", help="fp32 (default) or a quantized variant: q4, int8, ...")
+    parser.add_argument("--video", nargs="+", default=[], metavar="FRAME",
+                        help="one video: its frame files in order, or a folder of frames (Qwen3-VL)")
+    parser.add_argument("--out", type=Path, required=True, help="FILE.npz")
+    parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    parser.add_argument("--force", action="store_true", help="replace an existing OUT that is not an earlier result")
+
+
+def run(args) -> int:
+    """The `embed` subcommand: print what was written."""
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force)
+    entries = [str(e) for e in result["entries"]]
+    print(f"wrote {args.out}: {len(entries)} entries ({', '.join(entries[:4])}{', ...' if len(entries) > 4 else ''})")
+    return 0

@@ -1,0 +1,235 @@
+"""`python -m runtime embed` on packages of the tiny encoders matches the eager model on the same files.
+
+Reference = the model's own processor + the PyTorch model: for Qwen3-VL images transformers'
+`Qwen2VLImageProcessorPil` (configured from the package) and the eager tower with the export's weights
+(random, the export's seed), run on each image alone; for the video transformers' `Qwen3VLVideoProcessor`
+on the torchvision stand-in (see test_preprocess_qwen3_vl_video); for Phi-4-multimodal transformers'
+`Phi4MultimodalImageProcessor` on the stand-in and the eager image embedding. `embed` runs everything
+as one pack, so a match per entry also shows that packing changes nothing. Tolerance: the export's
+(max |diff| <= 1e-4 * max(1, max |ref|)).
+
+The Qwen3-VL package is made by `python -m release package` from the tiny TorchScript export (conftest);
+the Phi-4 package folder is assembled here from a tiny export (onnx/vision_encoder.onnx, the processor
+config and a manifest naming the family), as release packaging does not cover that family yet.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+from builders.config import load_config
+from core import onnx_io
+from core.parity import compare
+from runtime import __main__ as runtime_cli
+from runtime import contract
+from runtime.preprocess import phi4_mm
+from tests.conftest import single_error
+from tests.test_preprocess_phi4_mm import transformers_processor  # noqa: F401 -- a fixture
+from tests.test_preprocess_qwen3_vl import _pixels, reference_image, write_images
+from tests.test_preprocess_qwen3_vl_video import reference as video_reference
+from tests.test_preprocess_qwen3_vl_video import transformers_video_processor  # noqa: F401 -- a fixture
+from tests.test_preprocess_qwen3_vl_video import write_frames
+
+QWEN = "qwen3-vl-tiny"
+PHI4 = "phi-4-mm-tiny"
+PACK = ["astronaut", "coffee", "camera", "37x53", "512x384", "rgba", "exif_jpeg"]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> dict[str, Path]:
+    return write_images(tmp_path_factory.mktemp("photos"))
+
+
+@pytest.fixture(scope="module")
+def qwen_dist(tiny_exports, tmp_path_factory) -> Path:
+    """dist/ with qwen3-vl-tiny/ and qwen3-vl-tiny.tar.gz, packaged from the tiny export."""
+    from release import __main__ as release_cli
+
+    build = tmp_path_factory.mktemp("build") / QWEN
+    shutil.copytree(tiny_exports["torchscript"], build / "export")
+    dist = tmp_path_factory.mktemp("dist")
+    assert release_cli.main(["package", str(build), "--dist", str(dist), "--threads", "1"]) == 0
+    return dist
+
+
+@pytest.fixture(scope="module")
+def qwen_eager(tiny_exports):
+    """(eager tower with the export's weights, tolerance, output names)."""
+    from builders.qwen3_vl.family import build
+
+    report = json.loads((tiny_exports["torchscript"] / "report.json").read_text())
+    visual, _ = build(load_config(QWEN), None, report["seed"])
+    return visual, report["tolerance"], contract.output_names(len(visual.config.deepstack_visual_indexes))
+
+
+def embed(argv: list, capsys) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = runtime_cli.main(["embed", *map(str, argv), "--threads", "1"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def qwen_image_reference(package: Path, visual, path: Path) -> tuple[list, np.ndarray]:
+    from builders.qwen3_vl.model import reference_outputs
+
+    batch = Qwen2VLImageProcessorPil.from_pretrained(str(package))(reference_image(path), return_tensors="np")
+    return reference_outputs(visual, batch["pixel_values"], batch["image_grid_thw"]), batch["image_grid_thw"][0]
+
+
+def assert_entry(result, entry: str, expected: list, names: list, tolerance: float) -> None:
+    for name, reference in zip(names, expected, strict=True):
+        metrics = compare(result[f"{entry}.{name}"], reference, tolerance)
+        assert metrics["ok"], f"{entry}.{name}: {metrics}"
+
+
+def test_single_image_matches_eager(qwen_dist, qwen_eager, photos, tmp_path, capsys):
+    visual, tolerance, names = qwen_eager
+    out = tmp_path / "one.npz"
+    code, stdout, _ = embed([photos["astronaut"], "--package", qwen_dist / QWEN, "--out", out], capsys)
+    assert code == 0 and "wrote" in stdout
+    with np.load(out) as result:
+        assert result["entries"].tolist() == ["image_0"]
+        assert result["image_0.source"].tolist() == [str(photos["astronaut"])]
+        expected, grid = qwen_image_reference(qwen_dist / QWEN, visual, photos["astronaut"])
+        np.testing.assert_array_equal(result["image_0.grid_thw"], grid)
+        assert_entry(result, "image_0", expected, names, tolerance)
+
+
+def test_mixed_pack_from_tarball_matches_eager_per_image(qwen_dist, qwen_eager, photos, tmp_path, capsys):
+    visual, tolerance, names = qwen_eager
+    out = tmp_path / "pack.npz"
+    code, _, _ = embed([*(photos[n] for n in PACK), "--package", qwen_dist / f"{QWEN}.tar.gz", "--out", out], capsys)
+    assert code == 0
+    with np.load(out) as result:
+        assert result["entries"].tolist() == [f"image_{i}" for i in range(len(PACK))]
+        grids = set()
+        for i, name in enumerate(PACK):
+            expected, grid = qwen_image_reference(qwen_dist / QWEN, visual, photos[name])
+            np.testing.assert_array_equal(result[f"image_{i}.grid_thw"], grid)
+            assert_entry(result, f"image_{i}", expected, names, tolerance)
+            grids.add(tuple(grid.tolist()))
+        assert len(grids) >= 5  # mixed sizes
+
+
+def test_video_and_images_match_eager(qwen_dist, qwen_eager, photos, transformers_video_processor,  # noqa: F811
+                                      tmp_path, capsys):
+    from builders.qwen3_vl.model import reference_outputs
+
+    visual, tolerance, names = qwen_eager
+    frames = write_frames(tmp_path / "frames", 5, 240, 320)
+    out = tmp_path / "video.npz"
+    code, _, _ = embed([photos["coffee"], "--video", tmp_path / "frames", "--package", qwen_dist / QWEN,
+                        "--out", out], capsys)
+    assert code == 0
+    batch = video_reference(transformers_video_processor, frames)
+    with np.load(out) as result:
+        assert result["entries"].tolist() == ["image_0", "video"]
+        assert result["video.source"].tolist() == [str(p) for p in frames]
+        np.testing.assert_array_equal(result["video.grid_thw"], batch["video_grid_thw"][0])
+        assert result["video.grid_thw"][0] == 3  # t > 1: 5 frames, the last repeated
+        expected = reference_outputs(visual, batch["pixel_values_videos"], batch["video_grid_thw"])
+        assert_entry(result, "video", expected, names, tolerance)
+        image, _ = qwen_image_reference(qwen_dist / QWEN, visual, photos["coffee"])
+        assert_entry(result, "image_0", image, names, tolerance)
+
+
+def test_many_files_print_progress(qwen_dist, tmp_path, capsys):
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(10):
+        Image.fromarray(_pixels(64, 64 + 16 * i, i)).save(folder / f"{i:02d}.png")
+    code, _, err = embed([folder, "--package", qwen_dist / QWEN, "--out", tmp_path / "many.npz"], capsys)
+    assert code == 0
+    assert "[embed] loaded 8/10 images" in err and "[embed] loaded 10/10 images" in err
+    with np.load(tmp_path / "many.npz") as result:
+        assert len(result["entries"]) == 10
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory, photos) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad")
+    text = root / "notes.png"
+    text.write_text("not an image\n")
+    truncated = root / "cut.png"
+    truncated.write_bytes(photos["astronaut"].read_bytes()[:5000])
+    (root / "empty").mkdir()
+    return {"text": text, "truncated": truncated, "empty": root / "empty", "missing": root / "missing.jpg"}
+
+
+@pytest.mark.parametrize("kind", ["text", "truncated", "empty", "missing"])
+def test_bad_input_names_the_file(kind, bad_files, qwen_dist, photos, tmp_path, capsys):
+    out = tmp_path / "out.npz"
+    code, stdout, err = embed([photos["coffee"], bad_files[kind], "--package", qwen_dist / QWEN, "--out", out],
+                              capsys)
+    assert code == 2 and stdout == ""
+    assert bad_files[kind].name in single_error(err)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_package_of_another_model(qwen_dist, photos, tmp_path, capsys):
+    other = Path(shutil.copytree(qwen_dist / QWEN, tmp_path / "other"))
+    manifest = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**manifest, "family": "phi-4-mm"}))
+    out = tmp_path / "out.npz"
+    code, _, err = embed([photos["coffee"], "--package", other, "--out", out], capsys)
+    assert code == 2 and "preprocessor_config.json" in single_error(err)
+    (other / "manifest.json").write_text(json.dumps({**manifest, "family": "llava"}))
+    code, _, err = embed([photos["coffee"], "--package", other, "--out", out], capsys)
+    assert code == 2 and "'llava'" in single_error(err) and "manifest.json" in single_error(err)
+    code, _, err = embed([photos["coffee"], "--package", qwen_dist / QWEN, "--variant", "q4", "--out", out], capsys)
+    assert code == 2 and "vision_encoder_q4.onnx" in single_error(err)
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def phi4_package(tmp_path_factory):
+    """(package folder, eager embedding, tolerance) from a tiny Phi-4 TorchScript export."""
+    from builders import onnx_export
+    from builders.phi4_mm import family, layouts
+
+    config = load_config(PHI4)
+    tiny = family.build(config, None, seed=0)[0]
+    spec = family.io_spec(tiny)
+    example = family.example_inputs(tiny, layouts.EXAMPLE_IMAGES, seed=0)
+    model = onnx_export.export_torchscript(family.export_module(tiny), tuple(example[n] for n in spec.input_names),
+                                           spec, config.opset)
+    onnx_export.name_io_dims(model, spec)
+    folder = tmp_path_factory.mktemp("phi4") / PHI4
+    (folder / "onnx").mkdir(parents=True)
+    onnx_io.save_proto(model, folder / "onnx" / "vision_encoder.onnx")
+    phi4_mm.save_config(folder)
+    (folder / "manifest.json").write_text(json.dumps({"family": "phi-4-mm", "model": PHI4}))
+    return folder, family.reference(tiny), config.tolerance
+
+
+def test_phi4_pack_matches_eager_per_image(phi4_package, photos, transformers_processor, tmp_path,  # noqa: F811
+                                           capsys):
+    folder, reference, tolerance = phi4_package
+    names = ["astronaut", "224x224", "512x384", "rgba"]
+    out = tmp_path / "phi4.npz"
+    code, _, _ = embed([*(photos[n] for n in names), "--package", folder, "--out", out], capsys)
+    assert code == 0
+    with np.load(out) as result:
+        assert result["entries"].tolist() == [f"image_{i}" for i in range(len(names))]
+        for i, name in enumerate(names):
+            batch = transformers_processor(reference_image(photos[name]), return_tensors="np")
+            inputs = {"pixel_values": batch["image_pixel_values"], "image_attention_mask": batch["image_attention_mask"],
+                      "image_sizes": batch["image_sizes"]}
+            with torch.no_grad():
+                (expected,) = reference(inputs)
+            np.testing.assert_array_equal(result[f"image_{i}.image_size"], batch["image_sizes"][0])
+            assert result[f"image_{i}.image_features"].shape[0] == batch["num_img_tokens"][0]
+            metrics = compare(result[f"image_{i}.image_features"], expected, tolerance)
+            assert metrics["ok"], f"{name}: {metrics}"
+
+
+def test_phi4_refuses_video(phi4_package, tmp_path, capsys):
+    frames = write_frames(tmp_path / "frames", 2, 64, 64)
+    code, _, err = embed(["--video", *frames, "--package", phi4_package[0], "--out", tmp_path / "v.npz"], capsys)
+    assert code == 2 and "--video" in single_error(err)
