@@ -146,3 +146,28 @@ def test_module_entry_point_without_torch(tmp_path):
                             check=False)
     assert result.returncode == 0, result.stderr
     assert "clean: no problem found" in result.stdout
+
+
+def test_ort_error_line_keeps_the_cause(tmp_path):
+    from surgery.run import try_run
+
+    proto = ex.fpn()
+    proto.ir_version = 14  # newer than ONNX Runtime 1.31 reads (the load check refuses it before any run)
+    path = tmp_path / "ir14.onnx"
+    onnx.save(proto, path)
+    _, error = try_run(path, {"images": np.zeros((1, 3, 64, 64), np.float32)})
+    assert error == f"ONNX Runtime cannot load {path}: Unsupported model IR version: 14, max supported IR version: 13"
+
+
+def test_debake_records_the_grid_so_audit_needs_no_grid(tmp_path, capsys):
+    proto = ex.baked_merger()
+    del proto.metadata_props[:]
+    src, out = tmp_path / "in" / "m.onnx", tmp_path / "out"
+    src.parent.mkdir()
+    onnx.save(proto, src)
+    assert main(["audit", str(src)]) == 2
+    assert main(["debake", str(src), str(out), "--grid", "1,22,30"]) == 0
+    assert onnx.load(out / "model.onnx").ir_version <= 10
+    capsys.readouterr()
+    assert main(["audit", str(out / "model.onnx")]) == 0
+    assert "clean: no grid-specific constant" in capsys.readouterr().out
