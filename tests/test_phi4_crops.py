@@ -8,8 +8,8 @@ from builders.phi4_mm import crops, layouts
 from core.errors import UsageError
 from runtime.preprocess import phi4_mm as preprocess
 
-# Original sizes (height, width): square, wide, tall, padded rows / columns (odd and even), > 36 crops.
-SIZES = [(448, 448), (896, 896), (500, 1000), (1000, 500), (610, 500), (1670, 300), (300, 4000), (5000, 5000)]
+# Original sizes (height, width): square, wide, tall, padded rows / columns (odd and even), 9 crops in a row.
+SIZES = [(448, 448), (896, 896), (500, 1000), (1000, 500), (610, 500), (1670, 300), (300, 4000)]
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -29,6 +29,8 @@ def test_layout_geometry():
     assert crops.layout(896, 896) == crops.ImageLayout(2, 2, 64, 64)  # no padding
     assert crops.layout(500, 1000) == crops.ImageLayout(2, 3, 48, 96)  # 224 pixels = 16 patch rows padded
     assert crops.layout(610, 500).valid_w == 53  # an odd count of valid patch columns
+    big = crops.layout(5000, 5000)  # 12 x 12 crops exceed dynamic_hd: the closest ratio within 36
+    assert (big.rows, big.cols) == (6, 6) and big.crops == 1 + crops.DYNAMIC_HD
 
 
 def test_pack_pads_to_the_largest_image():

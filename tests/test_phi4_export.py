@@ -58,9 +58,9 @@ def test_validation_covers_the_required_layouts(cases):
     padded = [name for name, inputs, _ in cases if (inputs["image_attention_mask"] == 0).any()]
     assert len(padded) >= 3
     same = [shapes[n] for n in names if n.startswith("same tokens")]
-    assert len(same) == 3 and len(set(same)) == 1  # same input shapes and token count ...
+    assert len(same) == 2 and len(set(same)) == 1  # same input shapes and token count ...
     grids = {tuple(inputs["image_sizes"][0]) for name, inputs, _ in cases if name.startswith("same tokens")}
-    assert len(grids) == 3  # ... three crop arrangements
+    assert len(grids) == 2  # ... two crop arrangements
 
 
 @pytest.mark.parametrize("path", PATHS)
