@@ -5,9 +5,10 @@ against the input model's outputs; a pass beyond tolerance stops the stage):
   fold      static dims and constants (onnxscript optimizer)                 static_dims
   gemm      Gemm -> MatMul + Add                                              gemm_to_matmul
   ort       ORT transformer optimizer: Gelu / FastGelu / LayerNormalization  ort_transformer
-  attention packed attention -> MultiHeadAttention with attention_bias       packed_attention
-  rotary    2D RoPE -> RotaryEmbedding (after attention)                     rotary_embedding
+  rotary    2D RoPE -> RotaryEmbedding                                        rotary_embedding
   skipln    residual Add + LayerNormalization -> SkipLayerNormalization      skip_layer_norm
+Attention needs no pass: the export already runs it per frame as MultiHeadAttention inside a Loop
+(builders/qwen3_vl/segment_attention.py), one per block, with no N x N tensor.
 """
 
 from collections.abc import Callable
@@ -24,7 +25,6 @@ from quantize import parity, stage
 from quantize.passes import (
     gemm_to_matmul,
     ort_transformer,
-    packed_attention,
     rotary_embedding,
     skip_layer_norm,
     static_dims,
@@ -46,7 +46,6 @@ PASSES: dict[str, tuple[str, Callable[[ir.Model], tuple[ir.Model, object]]]] = {
     "fold": ("fold static dims and constants", _in_place(static_dims.apply)),
     "gemm": ("Gemm -> MatMul + Add", _in_place(gemm_to_matmul.apply)),
     "ort": ("ONNX Runtime transformer optimizer (vit)", _ort),
-    "attention": ("packed attention -> MultiHeadAttention", _in_place(packed_attention.apply)),
     "rotary": ("2D rotary -> RotaryEmbedding", _in_place(rotary_embedding.apply)),
     "skipln": ("residual Add + LayerNorm -> SkipLayerNormalization", _in_place(skip_layer_norm.apply)),
 }

@@ -1,5 +1,5 @@
-"""Torch-free image layouts shared by every stage's validation: smoke sizes, fixed packs, layouts with
-the export example's patch count but other shapes, and random inputs for a grid.
+"""Torch-free image layouts shared by every stage's validation: smoke sizes (one large), fixed packs,
+layouts with the export example's patch count but other shapes, and random inputs for a grid.
 
 A grid is int64 [num_images, 3] (t, h, w in patches); h and w are multiples of the merge size.
 """
@@ -8,8 +8,10 @@ import math
 
 import numpy as np
 
-# The smoke sizes (height, width) in pixels.
-SMOKE_SIZES = [(224, 224), (336, 336), (448, 448), (512, 384)]
+# The single-image sizes (height, width) in pixels every validation runs. The last is large: 64 x 64 =
+# 4,096 patches in one frame, so that an attention buffer quadratic in the patch count (N x N) shows up
+# in time and memory at every stage (cheap at the tiny config).
+SMOKE_SIZES = [(224, 224), (336, 336), (448, 448), (512, 384), (1024, 1024)]
 # Qwen3-VL's preprocessor settings: pixels between 256*256 and 4096*4096.
 MIN_PIXELS, MAX_PIXELS = 65536, 16777216
 # Packs of synthetic frames every validation includes: (name, grid_thw).

@@ -26,20 +26,6 @@ def test_position_ids_and_taps_match_transformers(pack):
     torch.testing.assert_close(weights, ref_weights, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("pack", PACKS, ids=str)
-def test_attention_segments_are_the_eager_frames(pack):
-    """Segment ids change exactly at the eager model's cu_seqlens (one segment per video frame)."""
-    grid_thw = torch.tensor(pack)
-    n = int(grid_thw.prod(-1).sum())
-    segment = grid.patch_layout(grid_thw, n, MERGE).segment
-    cu_seqlens = vision_utils.get_vision_cu_seqlens(grid_thw).long()
-    expected = torch.repeat_interleave(torch.arange(len(cu_seqlens) - 1), cu_seqlens.diff())
-    assert torch.equal(segment, expected)
-    bias = grid.frame_attention_bias(grid.patch_layout(grid_thw, n, MERGE))
-    assert bias.shape == (1, 1, n, n)
-    assert torch.equal(bias[0, 0] == 0, expected[:, None] == expected[None, :])
-
-
 def test_same_patch_count_layouts_differ_in_shape_only():
     example = [[1, 16, 16], [1, 12, 20]]
     found = layouts.same_patch_count_layouts(example, MERGE)

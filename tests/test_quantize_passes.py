@@ -44,16 +44,6 @@ def test_ort_optimizer_fuses_gelu_only(stages):
     checker.max_abs(model)
 
 
-def test_packed_attention_fuses_every_block(stages):
-    after, checker = stages
-    model, made = after["attention"]
-    assert made == support.DEPTH
-    mha = support.ops(model, "MultiHeadAttention")
-    assert len(mha) == support.DEPTH and not support.ops(model, "Softmax")
-    assert all(n.attributes.get_int("num_heads") == support.HEADS and n.inputs[5] is not None for n in mha)
-    checker.max_abs(model)
-
-
 def test_rotary_fuses_q_and_k_of_every_block(stages):
     after, checker = stages
     model, made = after["rotary"]

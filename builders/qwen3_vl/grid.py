@@ -1,11 +1,12 @@
 """Every grid-dependent tensor of the Qwen3-VL vision tower as vectorised tensor math.
 
 The eager model derives rotary position ids, position-embedding interpolation taps and attention
-segments from `grid_thw` with Python loops, `.tolist()` and `repeat_interleave`; traced, those bake the
+boundaries from `grid_thw` with Python loops, `.tolist()` and `repeat_interleave`; traced, those bake the
 export grid into the graph. Here each is computed from `grid_thw` int64 [I, 3] and the patch count N
 (`pixel_values.shape[0]`) with arange / compare / gather / integer arithmetic only, so one graph is
 right for every layout. Patches are laid out as the Qwen processor emits them: image after image, frame
 after frame, and inside a frame in spatial-merge-block order (block_row, block_col, in_row, in_col).
+The attention's frame segments are derived inside its own ONNX lowering (`segment_attention`).
 """
 
 from dataclasses import dataclass
@@ -19,7 +20,6 @@ class PatchLayout:
     """Per-patch coordinates, each int64 [N]."""
 
     image: torch.Tensor  # index of the image (or video) the patch belongs to, 0..I-1
-    segment: torch.Tensor  # global frame index: attention never crosses it
     row: torch.Tensor  # patch row inside its frame, 0..h-1
     col: torch.Tensor  # patch column inside its frame, 0..w-1
     height: torch.Tensor  # h of the patch's image
@@ -27,7 +27,7 @@ class PatchLayout:
 
 
 def patch_layout(grid_thw: torch.Tensor, num_patches: torch.Tensor | int, merge: int) -> PatchLayout:
-    """Decode each of the N packed patches into (image, frame segment, row, col).
+    """Decode each of the N packed patches into (image, row, col) and its image's (height, width).
 
     grid_thw int64 [I, 3]; num_patches = N = sum(t*h*w) (a traced size, not a Python constant).
     """
@@ -49,10 +49,8 @@ def patch_layout(grid_thw: torch.Tensor, num_patches: torch.Tensor | int, merge:
     in_col = in_block - in_row * merge
     block_row = torch.div(block, blocks_w, rounding_mode="floor")
     block_col = block - block_row * blocks_w
-    frames_before = torch.cumsum(t, 0) - t  # [I]
     return PatchLayout(
         image=image,
-        segment=frames_before[image] + frame,
         row=block_row * merge + in_row,
         col=block_col * merge + in_col,
         height=height,
@@ -78,18 +76,11 @@ def interpolation_taps(layout: PatchLayout, side: int) -> tuple[torch.Tensor, to
     return indices, weights
 
 
-def frame_attention_bias(layout: PatchLayout, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Additive block-diagonal bias [1, 1, N, N]: 0 inside a frame, dtype-min across frames or images.
-
-    Softmax over a row then equals the eager model's softmax over that patch's own frame.
-    """
-    same = layout.segment[:, None] == layout.segment[None, :]
-    zero = torch.zeros((), dtype=dtype)
-    blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype)
-    return torch.where(same, zero, blocked)[None, None]
-
-
 def image_boundaries(grid_thw: torch.Tensor) -> torch.Tensor:
-    """int64 [I + 1]: cumulative patch counts per image (the `cu_seqlens` kwarg; unused by packed attention)."""
+    """int64 [I + 1]: cumulative patch counts per image.
+
+    Passed as the tower's `cu_seqlens` keyword only so that it does not compute its own with Python
+    loops (which tracing would bake); the segment attention ignores it.
+    """
     counts = grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]
     return torch.cat([torch.zeros(1, dtype=counts.dtype), torch.cumsum(counts, 0)])

@@ -11,7 +11,8 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel, Q
 from builders import checkpoint as ckpt
 from builders.config import ModelConfig
 from builders.qwen3_vl import grid
-from builders.qwen3_vl.patcher import BIAS_KWARG, packed_attention
+from builders.qwen3_vl.patcher import GRID_KWARG, segment_attention_patch
+from builders.qwen3_vl.segment_attention import TRANSLATION_TABLE
 from core.errors import UsageError
 
 # Where the vision tower lives in a Qwen3VLForConditionalGeneration state dict (transformers 5 layout
@@ -71,9 +72,12 @@ class VisionEncoder(torch.nn.Module):
     """The export graph: (pixel_values [N, 1536], grid_thw int64 [I, 3]) -> (image_embeds, *deepstack).
 
     Every grid-dependent tensor is computed by `grid` and handed to the tower through its precompute
-    keyword arguments; attention is packed with a block-diagonal bias (see `patcher`). Outputs are
-    [N / merge**2, out_hidden] each.
+    keyword arguments; attention runs per frame segment (see `patcher`, `segment_attention`). Outputs
+    are [N / merge**2, out_hidden] each. `onnx_translation_table` is the torch.export exporter's
+    lowering of the custom attention op (the TorchScript one is registered globally on import).
     """
+
+    onnx_translation_table = TRANSLATION_TABLE
 
     def __init__(self, visual: Qwen3VLVisionModel):
         super().__init__()
@@ -84,7 +88,7 @@ class VisionEncoder(torch.nn.Module):
     def forward(self, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> tuple[torch.Tensor, ...]:
         layout = grid.patch_layout(grid_thw, pixel_values.shape[0], self.merge)
         indices, weights = grid.interpolation_taps(layout, self.side)
-        with packed_attention():
+        with segment_attention_patch():
             out = self.visual(
                 pixel_values,
                 grid_thw=grid_thw,
@@ -93,7 +97,7 @@ class VisionEncoder(torch.nn.Module):
                 interp_weights=weights,
                 cu_seqlens=grid.image_boundaries(grid_thw),
                 return_dict=True,
-                **{BIAS_KWARG: grid.frame_attention_bias(layout, pixel_values.dtype)},
+                **{GRID_KWARG: grid_thw},
             )
         return (out.pooler_output, *out.deepstack_features)
 

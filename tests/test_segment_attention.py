@@ -1,0 +1,156 @@
+"""Segment attention: the torch op equals the model's per-frame attention, its ONNX lowering equals the
+torch op, and the exported and optimized graphs run one fused attention per block with no tensor of
+N x N size (checked on the shapes ONNX Runtime records at run time, inside the Loop too)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+from transformers import vision_utils
+
+from builders.config import load_config
+from builders.qwen3_vl import layouts, patcher
+from builders.qwen3_vl import segment_attention as seg
+from builders.qwen3_vl.model import build_random
+from quantize import optimize
+
+PACKS = [[[1, 4, 6]], [[1, 18, 46], [3, 4, 8], [1, 2, 64]], [[2, 10, 6], [1, 6, 10], [1, 2, 2]], [[4, 2, 2]]] + \
+    layouts.random_grids(np.random.default_rng(5), 2, count=6)
+# (single image, mixed pack with a video): patch counts where N x N > N x 1536, the widest row.
+SHAPE_CHECKS = [[[1, 48, 48]], [[1, 64, 64]], [[1, 48, 48], [2, 16, 16]]]
+PATCH_DIM = 1536
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return build_random(load_config("qwen3-vl-tiny"), seed=0)
+
+
+@pytest.mark.parametrize("pack", PACKS, ids=str)
+def test_patched_attention_equals_the_models_own(tiny_model, pack):
+    attention = tiny_model.blocks[1].attn
+    grid_thw = torch.tensor(pack)
+    n = int(grid_thw.prod(-1).sum())
+    hidden = torch.randn(n, tiny_model.config.hidden_size, generator=torch.Generator().manual_seed(n))
+    position_embeddings = tiny_model.rotary_pos_emb(hidden, vision_utils.get_vision_position_ids(grid_thw, 2))
+    cu_seqlens = vision_utils.get_vision_cu_seqlens(grid_thw)
+    with torch.no_grad():
+        expected = attention(hidden, cu_seqlens=cu_seqlens, position_embeddings=position_embeddings)
+        got = patcher.segment_attention_forward(attention, hidden, None, position_embeddings,
+                                                **{patcher.GRID_KWARG: grid_thw})
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def _lowering_model(width: int, heads: int, scale: float) -> onnx.ModelProto:
+    """One call of the ONNX function: query, key, value [1, N, width], grid_thw [I, 3] -> [1, N, width]."""
+    names = ["query", "key", "value"]
+    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, "N", width]) for x in names]
+    inputs.append(helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["I", 3]))
+    node = helper.make_node("SegmentAttention", [*names, "grid_thw"], ["out"], domain=seg.DOMAIN,
+                            num_heads=heads, scale=scale)
+    graph = helper.make_graph([node], "lowering", inputs,
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    imports = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1),
+               helper.make_opsetid(seg.DOMAIN, 1)]
+    return helper.make_model(graph, opset_imports=imports, functions=[seg.SEGMENT_ATTENTION.to_function_proto()],
+                             ir_version=10)
+
+
+def test_onnx_lowering_equals_the_torch_op():
+    heads, width, scale = 4, 32, 0.125
+    session = ort.InferenceSession(_lowering_model(width, heads, scale).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for pack in PACKS:
+        n = int(np.prod(pack, 1).sum())
+        q, k, v = (rng.standard_normal((1, n, width), dtype=np.float32) for _ in range(3))
+        grid = np.asarray(pack, dtype=np.int64)
+        (got,) = session.run(None, {"query": q, "key": k, "value": v, "grid_thw": grid})
+        expected = seg.segment_attention(*(torch.from_numpy(x) for x in (q, k, v, grid)), heads, scale)
+        np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-5, err_msg=str(pack))
+
+
+# ---------------------------------------------------------------- graph structure and run-time shapes
+def runtime_shapes(model: onnx.ModelProto | str, feed: dict[str, np.ndarray], tmp_path) -> list[tuple]:
+    """(op type, output shape) of every node ONNX Runtime ran for `feed`, Loop bodies included."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")
+    source = model if isinstance(model, str) else model.SerializeToString()
+    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    session.run(None, feed)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    return [(e["args"]["op_name"], shape) for e in events if e.get("cat") == "Node" and "op_name" in e["args"]
+            for output in e["args"].get("output_type_shape", []) for shape in output.values()]
+
+
+def quadratic_tensors(shapes: list[tuple], num_patches: int, widest_row: int = PATCH_DIM) -> list[tuple]:
+    """The recorded tensors of N x N size: two axes of N, or more elements than N x the widest row."""
+    return [(op, shape) for op, shape in shapes
+            if sum(d == num_patches for d in shape) >= 2 or int(np.prod(shape)) > num_patches * widest_row]
+
+
+def test_quadratic_check_catches_packed_scores(tmp_path):
+    """Control: an explicit q k^T attention ([1, H, N, N] scores) is flagged by the same check."""
+    n, heads, d = 2304, 2, 4
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, heads, "N", d])
+    k_t = helper.make_tensor_value_info("kT", TensorProto.FLOAT, [1, heads, d, "N"])
+    graph = helper.make_graph([helper.make_node("MatMul", ["q", "kT"], ["s"]),
+                               helper.make_node("Softmax", ["s"], ["p"], axis=-1)], "scores", [q, k_t],
+                              [helper.make_tensor_value_info("p", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    feed = {"q": np.ones((1, heads, n, d), np.float32), "kT": np.ones((1, heads, d, n), np.float32)}
+    found = quadratic_tensors(runtime_shapes(model, feed, tmp_path), n)
+    assert {op for op, _ in found} == {"MatMul", "Softmax"}
+
+
+def _all_nodes(graph: ir.Graph):
+    for node in graph:
+        yield node
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield from _all_nodes(attr.value)
+
+
+@pytest.fixture(scope="module", params=["torchscript", "dynamo"])
+def graphs(request, tiny_exports) -> dict[str, str]:
+    """{'export': path, 'optimized': path} for one exporter (the optimize passes, unchecked: the
+    per-pass parity lives in test_quantize_passes)."""
+    folder = tiny_exports[request.param]
+    model = ir.load(str(folder / "model.onnx"))
+    for _, run in optimize.PASSES.values():
+        model, _ = run(model)
+    optimized = folder.parent / f"{request.param}-optimized.onnx"
+    ir.save(model, str(optimized))
+    return {"export": str(folder / "model.onnx"), "optimized": str(optimized)}
+
+
+@pytest.mark.parametrize("stage", ["export", "optimized"])
+def test_one_unmasked_fused_attention_per_block(graphs, stage):
+    depth = load_config("qwen3-vl-tiny").vision["depth"]
+    nodes = list(_all_nodes(ir.load(graphs[stage]).graph))
+    attention = [n for n in nodes if n.op_type == "MultiHeadAttention"]
+    assert len(attention) == depth
+    assert all(len([i for i in n.inputs if i is not None]) == 3 for n in attention)  # no mask, no bias
+    assert not [n for n in nodes if n.op_type in ("Softmax", "Attention")]
+
+
+@pytest.mark.parametrize("stage", ["export", "optimized"])
+def test_no_tensor_of_n_by_n_size(graphs, stage, tmp_path):
+    depth = load_config("qwen3-vl-tiny").vision["depth"]
+    rng = np.random.default_rng(0)
+    for pack in SHAPE_CHECKS:
+        pixels, grid = layouts.random_pixels(pack, PATCH_DIM, rng)
+        n = pixels.shape[0]
+        shapes = runtime_shapes(graphs[stage], {"pixel_values": pixels, "grid_thw": grid}, tmp_path)
+        frames = [[1, h * w, None] for t, h, w in pack for _ in range(t)]
+        attention = [shape for op, shape in shapes if op == "MultiHeadAttention"]
+        assert len(attention) == depth * len(frames)  # the profile saw inside the Loop: one call per frame
+        assert sorted(s[1] for s in attention) == sorted(f[1] for f in frames for _ in range(depth))
+        assert not quadratic_tensors(shapes, n), f"{pack}: N = {n}"
