@@ -269,7 +269,7 @@ def cmd_set_batch(args) -> int:
     shapes, guess = _probe_shapes(args, model)
     if guess:
         print(f"probe: {guess}")
-    chunk = set_batch_mod.old_batch(model) or 1
+    chunk = set_batch_mod.probe_batch_of(model, shapes)
     if batch is not None and batch % chunk:
         raise UsageError(f"--batch {batch} is not a multiple of the old batch {chunk}, so samples cannot be checked "
                        "against the original; pick a multiple")

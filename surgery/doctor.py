@@ -10,6 +10,9 @@ Checks, all by running the model at the probe shapes (see `surgery.probe`):
   which sizes the claim holds and at which it fails;
 - static-symbol: an input dim declared symbolic (`s77`) that the model does not follow: it fails,
   or its outputs keep the old size, when that dim alone changes;
+- batch-constant: the batch baked into a shape input (SCRFD's Resize sizes `[1, 16, 40, 40]`),
+  found as set-batch finds them (`surgery.batch_constants`); a problem when the batch is declared
+  dynamic (the outputs are silently wrong at any other batch), a note when it is static;
 - fails-at-other-grid / grid-constant: for models with an export grid (`surgery.debake`);
 and notes (not problems): ops and outputs whose size is data-dependent (NonZero...) or inferable.
 """
@@ -19,7 +22,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from core.errors import CheckFailed
 from surgery import dataflow
+from surgery.batch_constants import debatch
 from surgery.grid import Grid
 from surgery.grid_constants import find
 from surgery.probe import (
@@ -80,6 +85,8 @@ def diagnose(model: ir.Model, probe_shapes: dict[str, tuple[int, ...]], grid: Gr
             problems += _second_size(model, feeds, decl, runs, notes)
         problems += _symbol_checks(model, feeds, decl, conflicting, grid, notes, runs)
         problems += _claims(decl, runs)
+        if grid is None:
+            problems += _batch_constants(model, feeds, notes)
     if grid is not None:
         problems += _grid_checks(model, grid)
     sizes = dataflow.classify(model)
@@ -106,6 +113,36 @@ def _second_size(model, feeds, decl, runs, notes) -> list[dict]:
         return [{"kind": "fails-in-ort", "message": f"fails in ONNX Runtime at {label} (it runs there without "
                  f"its shape claims): {written_error}"}]
     return []
+
+
+def _batch_constants(model: ir.Model, feeds: dict[str, np.ndarray], notes: list[dict]) -> list[dict]:
+    """batch-constant: shape constants that hold the probe's batch (runs at b and 2b, see set-batch)."""
+    inputs = model.graph.inputs
+    if not inputs or any(v.shape is None or len(v.shape) == 0 for v in inputs) or \
+            len({feeds[v.name].shape[0] for v in inputs}) != 1:
+        return []
+    batch = feeds[inputs[0].name].shape[0]
+    try:
+        with timed(f"looking for the batch {batch} in shape constants (runs at {batch} and {2 * batch})"):
+            findings, _ = debatch(model.clone(), feeds, inputs[0].name)
+    except CheckFailed:
+        return []
+    if not findings:
+        return []
+    listing = _listing([f"{f.op} '{f.node}' {f.values}" for f in findings], 3)
+    found = f"{len(findings)} shape constant(s) hold the batch {batch}: {listing}"
+    declared_as = inputs[0].shape[0]
+    if isinstance(declared_as, int):
+        notes.append({"kind": "batch-constant", "message": f"{found}; right at this batch only; "
+                      "python -m surgery set-batch IN OUT --batch N rewrites them"})
+        return []
+    return [{"kind": "batch-constant", "message": f"{found}; the batch is declared dynamic ('{declared_as.value}') but "
+             f"the model is right at {batch} only; fix: python -m surgery set-batch IN OUT --batch dynamic"
+             + (f" {_probe_options(feeds)}" if batch != 1 else "")}]
+
+
+def _probe_options(feeds: dict[str, np.ndarray]) -> str:
+    return " ".join(f"--probe {k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
 
 
 def _claims(decl, runs: list[tuple[str, dict]]) -> list[dict]:

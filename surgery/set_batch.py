@@ -44,13 +44,30 @@ def old_batch(model: ir.Model) -> int | None:
     return next(iter(batches)) if len(batches) == 1 else None
 
 
+def probe_batch_of(model: ir.Model, probe_shapes: dict[str, tuple[int, ...]]) -> int:
+    """The batch the original runs at: its static batch, else axis 0 of the --probe shapes (all
+    equal), else 1.
+
+    Raises:
+        UsageError: --probe shapes disagree on axis 0 for a model with a symbolic batch.
+    """
+    before = old_batch(model)
+    if before is not None:
+        return before
+    given = {shape[0] for shape in probe_shapes.values() if shape}
+    if len(given) > 1:
+        raise UsageError(f"--probe shapes have different batches {sorted(given)}; give every input the same axis 0")
+    return given.pop() if given else 1
+
+
 def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[int, ...]]) -> tuple[ir.Model, dict]:
     """Rewrite `model` for batch `batch` (None: dynamic).
 
     Args:
         model: the model (not modified); axis 0 of every input is its batch.
         batch: the new static batch, or None for a symbolic `batch`.
-        probe_shapes: sizes of non-batch symbolic input dims (their axis 0 is replaced).
+        probe_shapes: sizes of symbolic input dims; their axis 0 is the old batch when the model's
+            batch is symbolic (`probe_batch_of`), else replaced by the static batch.
 
     Returns:
         (new model, report): `old_batch`, `new_batch`, `probe_batch` (b), `constants` (batch constants
@@ -61,7 +78,7 @@ def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[
             has no batch layout that the samples run one by one confirm.
     """
     before = old_batch(model)
-    probe_batch = before or 1
+    probe_batch = probe_batch_of(model, probe_shapes)
     shapes = {k: (probe_batch, *v[1:]) for k, v in probe_shapes.items()}
     feeds = probe_feeds(model, shapes)
     feeds = {k: v if v.shape[0] == probe_batch else v[:probe_batch] for k, v in feeds.items()}

@@ -44,10 +44,22 @@ def test_stale_value_info():
 
 def test_symbolic_batch_meant_static():
     report = diagnose(ir.from_proto(ex.symbolic_batch()), {"x": (4, 3, 8, 8)})
-    (problem,) = report["problems"]
+    problem, baked = report["problems"]
     assert problem["kind"] == "static-symbol" and problem["symbol"] == "s77"
     assert "fails at s77=2 (it runs at 4)" in problem["message"]
     assert "freeze IN OUT --shape x=4x3x8x8" in problem["message"]
+    assert baked == {"kind": "batch-constant", "message": (
+        "1 shape constant(s) hold the batch 4: Reshape 'flatten_baked' [4, -1]; the batch is declared dynamic "
+        "('s77') but the model is right at 4 only; fix: python -m surgery set-batch IN OUT --batch dynamic "
+        "--probe x=4x3x8x8")}
+
+
+def test_batch_baked_in_a_static_model_is_a_note():
+    report = diagnose(ir.from_proto(ex.batch_baked_ops()), {})
+    assert report["problems"] == []
+    (note,) = [n for n in report["notes"] if n["kind"] == "batch-constant"]
+    assert note["message"].startswith("6 shape constant(s) hold the batch 1: Resize 'upsample' [1, 4, 16, 16], "
+                                      "Slice 'keep' [1], Expand 'bias' [1, 2, 16, 16], +3 more; right at this batch only")
 
 
 def test_nonzero_is_classified_data_dependent():

@@ -106,3 +106,14 @@ def test_interleaved_head_layout_is_found_and_each_sample_matches(capsys):
         np.testing.assert_array_equal(got[:, i].reshape(128, 1), run(model, {"x": x[i:i + 1]})["scores"])
     ok, lines = verify(new, model, report["probe"], 3, 1, report["layouts"])
     assert ok and lines[1] == "batch 3: 3 chunk(s) of 1 vs the original: scores max abs diff 0.00e+00"
+
+
+def test_symbolic_batch_run_at_its_probe_batch_becomes_dynamic():
+    # the export runs at batch 4 only (Reshape [4, -1]); --probe says so, and chunks of 4 are compared
+    model = ir.from_proto(ex.symbolic_batch())
+    new, report = set_batch(model, None, {"x": (4, 3, 8, 8)})
+    assert report["probe_batch"] == 4
+    assert [(f["node"], f["replacement"]) for f in report["constants"]] == [("flatten_baked", "[0, -1]")]
+    for batch in (4, 12):
+        ok, lines = verify(new, model, report["probe"], batch, 4, report["layouts"])
+        assert ok, lines
