@@ -30,10 +30,10 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from core.errors import CheckFailed
 from surgery.debake import computed_shape
 from surgery.grid import Emitter, Mono
 from surgery.grid_constants import Entry, Finding, const_ints, node_name
-from core.errors import CheckFailed
 from surgery.probe import neutral
 from surgery.run import random_array, try_run
 
@@ -206,7 +206,9 @@ def _meets_batch(node: ir.Node, shapes_b: Shapes, shapes_2b: Shapes, b: int) -> 
                 continue
             where = f" (axis 0 of '{z.name}', used with it by {user.op_type} '{node_name(user)}')"
             if node.op_type == "Tile":
-                x_dims = shapes_b.get(node.inputs[0].name) or ()
+                x = node.inputs[0]
+                const = ir.convenience.get_const_tensor(x)  # a weight is not among the run's outputs
+                x_dims = shapes_b.get(x.name) or (tuple(const.shape.numpy()) if const is not None else ())
                 x0 = x_dims[0] if x_dims else 1
                 if values[0] * x0 != dims[0]:
                     return None

@@ -15,9 +15,9 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
+from core.errors import UsageError
 from surgery.grid import Emitter, Grid, grid_feeds
 from surgery.grid_constants import Finding, architecture_values, collisions, expected_dims, find, node_name
-from core.errors import UsageError
 from surgery.run import (
     ORT_ERRORS,
     compare_outputs,

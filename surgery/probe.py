@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from surgery.grid import Grid
 from core.errors import UsageError
+from surgery.grid import Grid
 from surgery.run import fmt_dims, input_specs, random_array, try_run
 
 #: Symbols that exporters generate (torch.export's s77, ONNX inference's unk__3, naive scripts' ?).

@@ -14,9 +14,9 @@ import numpy as np
 import onnx_ir as ir
 
 from core.errors import UsageError
+from core.session import ORT_ERRORS, ort_error_line
 from surgery.probe import neutral, probe_feeds
 from surgery.run import fmt_dims, input_specs, open_session, random_array
-from core.session import ORT_ERRORS, ort_error_line
 
 #: Image sides tried, in order, when an image input's height and width are symbolic.
 GUESSES = tuple(range(640, 31, -32))
@@ -67,7 +67,7 @@ def guess_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> tuple[d
             return trial, (f"no --probe given for the symbolic image size of "
                            f"{', '.join(f'{n} {fmt_dims(d)}' for n, (_, d) in images.items())}: "
                            f"running at {said}{tried}")
-    name, (axes, dims) = next(iter(images.items()))
+    name, (_, dims) = next(iter(images.items()))
     example = "x".join(str(d) if isinstance(d, int) else "1" if a == 0 else "SIZE" for a, d in enumerate(dims))
     raise UsageError(f"input '{name}' has non-static dims {fmt_dims(dims)} and no guessed size runs "
                      f"({GUESSES[0]}×{GUESSES[0]} down to {GUESSES[-1]}×{GUESSES[-1]}; the last fails: {error}); "

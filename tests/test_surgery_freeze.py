@@ -4,10 +4,10 @@ import onnx
 import onnx_ir as ir
 import pytest
 
+from core.errors import CheckFailed
 from surgery import examples as ex
 from surgery.cli import main
 from surgery.freeze import freeze, non_static, verify
-from core.errors import CheckFailed
 from surgery.probe import probe_feeds
 
 

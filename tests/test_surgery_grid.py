@@ -6,8 +6,8 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from surgery.grid import Emitter, Grid, Mono, parse_grid
 from core.errors import UsageError
+from surgery.grid import Emitter, Grid, Mono, parse_grid
 from surgery.run import run
 
 

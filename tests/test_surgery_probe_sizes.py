@@ -7,8 +7,8 @@ import pytest
 from core.errors import UsageError
 from surgery import examples as ex
 from surgery.cli import main
-from surgery.probe_sizes import guess_shapes, other_sizes
 from surgery.probe import probe_feeds
+from surgery.probe_sizes import guess_shapes, other_sizes
 
 
 def test_first_guess_that_runs_is_taken_and_said():
