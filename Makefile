@@ -51,6 +51,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	test -f $(BUILD)/export/model.onnx || $(MAKE) export MODEL=$(MODEL)
 	$(PY) -m bench.latency --model $(MODEL)
+	$(PY) -m bench.scale --model $(MODEL)
 
 # Export wall time and peak memory of both export paths.
 bench-export: $(STAMP)
