@@ -48,15 +48,23 @@ def load_rgb(path: str | Path) -> np.ndarray:
     return to_rgb(image)
 
 
+def image_suffixes() -> set[str]:
+    """File suffixes pillow reads (lower case, with the dot)."""
+    return {suffix.lower() for suffix in Image.registered_extensions()}
+
+
 def expand(paths: Iterable[str | Path]) -> list[Path]:
-    """The files named: a folder stands for its non-hidden files in name order (an empty folder is an
-    error); anything else is taken as a file path (checked when it is opened)."""
+    """The files named: a folder stands for its non-hidden files with an image suffix pillow knows, in
+    name order (a folder without any is an error); anything else is taken as a file path (checked when
+    it is opened)."""
+    suffixes = image_suffixes()
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            inside = sorted(p for p in path.iterdir()
+                            if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in suffixes)
             if not inside:
-                raise UsageError(f"folder {path} holds no image files")
+                raise UsageError(f"folder {path} holds no image files (empty, or no file pillow reads)")
             files.extend(inside)
         else:
             files.append(path)

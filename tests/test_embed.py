@@ -33,8 +33,10 @@ from tests.conftest import single_error
 from tests.test_preprocess_phi4_mm import transformers_processor  # noqa: F401 -- a fixture
 from tests.test_preprocess_qwen3_vl import _pixels, reference_image, write_images
 from tests.test_preprocess_qwen3_vl_video import reference as video_reference
-from tests.test_preprocess_qwen3_vl_video import transformers_video_processor  # noqa: F401 -- a fixture
-from tests.test_preprocess_qwen3_vl_video import write_frames
+from tests.test_preprocess_qwen3_vl_video import (
+    transformers_video_processor,  # noqa: F401 -- a fixture
+    write_frames,
+)
 
 QWEN = "qwen3-vl-tiny"
 PHI4 = "phi-4-mm-tiny"
@@ -233,3 +235,20 @@ def test_phi4_refuses_video(phi4_package, tmp_path, capsys):
     frames = write_frames(tmp_path / "frames", 2, 64, 64)
     code, _, err = embed(["--video", *frames, "--package", phi4_package[0], "--out", tmp_path / "v.npz"], capsys)
     assert code == 2 and "--video" in single_error(err)
+
+
+def test_sample_photos_embed_as_folder_and_video(qwen_dist, tmp_path, capsys):
+    """`python -m runtime.sample_photos` then `embed DIR --video DIR/pan` (the README's run, tiny model):
+    the folder's report.json is skipped, the photos are the images, pan/ the video."""
+    from runtime import sample_photos
+
+    assert sample_photos.main([str(tmp_path / "photos")]) == 0
+    out = tmp_path / "photos.npz"
+    code, _, _ = embed([tmp_path / "photos", "--video", tmp_path / "photos" / "pan", "--package", qwen_dist / QWEN,
+                        "--out", out], capsys)
+    assert code == 0
+    with np.load(out) as result:
+        names = sorted(sample_photos.PHOTOS)
+        assert result["entries"].tolist() == [f"image_{i}" for i in range(len(names))] + ["video"]
+        assert [Path(str(result[f"image_{i}.source"][0])).stem for i in range(len(names))] == names
+        assert result["video.grid_thw"][0] == sample_photos.FRAMES // 2

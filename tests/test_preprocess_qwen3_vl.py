@@ -56,7 +56,7 @@ def write_images(folder: Path) -> dict[str, Path]:
     paths["palette"] = folder / "palette.png"
     Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(paths["palette"], transparency=0)
     paths["gray16"] = folder / "gray16.png"
-    Image.fromarray((rgb[..., 1].astype(np.uint16) * 257 // 3)).save(paths["gray16"])  # mode I;16
+    Image.fromarray(rgb[..., 1].astype(np.uint16) * 257 // 3).save(paths["gray16"])  # mode I;16
     paths["exif_jpeg"] = folder / "exif.jpg"
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display

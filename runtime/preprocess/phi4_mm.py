@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import UsageError
-from runtime.preprocess.resample import resize_bicubic, resize_uint8_aa
 from runtime.preprocess.qwen3_vl_video import normalize
+from runtime.preprocess.resample import resize_bicubic, resize_uint8_aa
 
 CONFIG_FILE = "preprocessor_config.json"
 #: Phi4MultimodalImageProcessor's class defaults in transformers 5.23 (the test checks them).

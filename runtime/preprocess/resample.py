@@ -38,7 +38,7 @@ def aa_weights(in_size: int, out_size: int, mode: str) -> tuple[np.ndarray, np.n
     precision in bits), as torch computes them for uint8 (double math, then int16 rounding)."""
     scale = in_size / out_size
     support = _SUPPORT[mode] * scale if scale >= 1.0 else _SUPPORT[mode]
-    taps = int(math.ceil(support)) * 2 + 1
+    taps = math.ceil(support) * 2 + 1
     invscale = 1.0 / scale if scale >= 1.0 else 1.0
     center = scale * (np.arange(out_size, dtype=np.float64) + 0.5)
     # static_cast<int64_t> truncates toward zero
