@@ -25,9 +25,9 @@ from surgery.grid import resolve_grid
 from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.onnx_io import copy_model, has_external_data, load, save
 from core.staging import StagedFile, check_file_output, check_folder_output
-from surgery.probe import declared, probe_feeds
+from surgery.probe import declared, neutral, probe_feeds
 from surgery.probe_sizes import guess_shapes, other_sizes
-from surgery.run import fmt_dims, log, parse_named_shapes, timed
+from surgery.run import fmt_dims, log, parse_named_shapes, timed, try_run
 
 
 def _grid_options(parser: argparse.ArgumentParser) -> None:
@@ -240,6 +240,10 @@ def cmd_fix_dims(args) -> int:
     feeds = probe_feeds(model, shapes)
     second = other_sizes(model, feeds)
     more = [second] if second is not None else []
+    if second is not None and (error := try_run(neutral(model), second)[1]) is not None:
+        where = " ".join(f"{k}={'x'.join(map(str, v.shape))}" for k, v in second.items())
+        print(f"  note: not checked at {where}: the model fails there even without shape claims ({error})")
+        more = []
     new, report = fix_dims_mod.fix_dims(model, feeds, more)
     print(f"fix-dims: {len(report['conflicts'])} conflicting symbol(s), {len(report['stale'])} stale claim(s), "
           f"{report['value_info_dropped']} value_info entries dropped and re-inferred")
