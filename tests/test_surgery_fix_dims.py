@@ -76,3 +76,13 @@ def test_claims_true_at_one_size_only_are_repaired_and_verified_at_both(tmp_path
     report = json.loads((out / "report.json").read_text())
     assert report["probed_sizes"] == [{"images": [1, 3, 64, 64]}, {"images": [1, 3, 32, 32]}]
     assert main(["doctor", str(out / "model.onnx"), "--probe", "images=1x3x128x128"]) == 0
+
+
+def test_a_second_size_the_model_cannot_run_at_is_skipped_with_a_note(tmp_path, capsys):
+    src, out = tmp_path / "in" / "m.onnx", tmp_path / "out"
+    src.parent.mkdir()
+    onnx.save(ex.fixed_size(320), src)  # runs at 320×320 only
+    assert main(["fix-dims", str(src), str(out), "--probe", "x=1x3x320x320"]) == 0
+    text = capsys.readouterr().out
+    assert "note: not checked at x=1x3x160x160: the model fails there even without shape claims (Reshape" in text
+    assert "verified: at x=1x3x320x320: runs, claims true, same outputs as IN" in text
