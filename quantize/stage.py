@@ -55,8 +55,9 @@ def report_footer(timings: dict[str, float]) -> dict:
 
 
 def op_counts(model: ir.Model) -> dict[str, int]:
+    """{op type (domain-qualified unless standard): count}, nodes inside Loop/If bodies included."""
     counts: dict[str, int] = {}
-    for node in model.graph:
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
