@@ -40,6 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-vl", help="build/MODEL holds the stages")
     parser.add_argument("--optimized", type=Path, help="model.onnx of the fp32 optimized variant")
+    parser.add_argument("--stages", default=",".join(QUANTIZED),
+                        help="quantized stage folders of build/MODEL to include when present (default int8,int4)")
     parser.add_argument("--compare", action="append", default=[], metavar="LABEL=PATH",
                         help="another model.onnx to measure alongside (repeatable)")
     parser.add_argument("--sides", default=",".join(map(str, SIDES)), help="square grid sides, comma-separated")
@@ -55,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def variants(args) -> dict[str, Path]:
     root = args.build / args.model
     found = {"ort optimized": args.optimized or root / "optimized" / "model.onnx"}
-    found.update({f"ort {stage}": root / stage / "model.onnx" for stage in QUANTIZED
+    found.update({f"ort {stage}": root / stage / "model.onnx" for stage in filter(None, args.stages.split(","))
                   if (root / stage / "model.onnx").exists()})
     for item in args.compare:
         label, sep, path = item.partition("=")
