@@ -41,7 +41,7 @@ class Layout:
         size = f"axis {self.axis} = batch × {self.rows // chunk}" if self.rows % chunk == 0 else \
             f"axis {self.axis} = {self.rows} per {unit}"
         if self.block == self.rows:
-            return f"{size} (each {unit}'s {self.rows} in turn)"
+            return f"{size} (each {unit}'s {self.rows} in turn, contiguous)"
         return (f"{size}, samples interleaved: blocks of {self.block} from each {unit} in turn "
                 f"({unit} i = that axis viewed as [{self.rows // self.block}, batch, {self.block}], [:, i])")
 

@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     _out_options(p)
     p.add_argument("--batch", required=True, help="new batch size, or 'dynamic'")
     p.add_argument("--probe", action="append", metavar="NAME=SHAPE", help="sizes of other symbolic input dims")
+    p.add_argument("--contiguous", action="store_true",
+                   help="give outputs whose samples interleave (SCRFD 0.5 GF heads) each sample's rows in one block")
     p = sub.add_parser("freeze", help="make every dim static at the given input shapes, verified")
     p.add_argument("input", metavar="IN")
     _out_options(p)
@@ -278,11 +280,15 @@ def cmd_set_batch(args) -> int:
         raise UsageError(f"--batch {batch} is not a multiple of the old batch {chunk}, so samples cannot be checked "
                        "against the original; pick a multiple")
     with timed("rewriting batch constants and finding each output's batch layout"):
-        new, report = set_batch_mod.set_batch(model, batch, shapes)
+        new, report = set_batch_mod.set_batch(model, batch, shapes, args.contiguous)
     layouts = report.pop("layouts")
     print(f"set-batch: batch {report['old_batch']} -> {report['new_batch']} (probe batch {report['probe_batch']})")
     for finding in report["constants"]:
         print(f"  batch    {finding['message']} -> {finding['replacement']}")
+    for line in report.get("transposes", []):
+        print(f"  contiguous  {line}")
+    for line in report.get("left_interleaved", []):
+        print(f"  interleaved {line}")
     for where, change in report["renamed_input_dims"].items():
         print(f"  renamed  {where}: {change}")
     for name, layout in layouts.items():

@@ -7,7 +7,8 @@ bakes the batch into shape inputs (SCRFD's Resize sizes `[1, 16, 40, 40]`). This
 - rewrites batch constants in shape inputs (Resize sizes, Reshape, Expand, Tile, ConstantOfShape,
   Slice ends) to follow the input's batch at run time (`surgery.batch_constants`);
 - finds where each output keeps its samples by running at batch b and 2b (`surgery.batch_layout`):
-  axis 0, axis 0 multiplied (`[-1, k]` heads: `[8·12800, 1]`), or another axis;
+  axis 0, axis 0 multiplied (`[-1, k]` heads: `[8·12800, 1]`), or another axis, contiguous or
+  interleaved; with --contiguous an interleaving Transpose keeps the batch first (`surgery.batch_contiguous`);
 - sets axis 0 of every input to N (or to the symbol `batch` for --batch dynamic), drops every output
   shape and all value_info and re-infers them with ONNX shape inference.
 `verify` then runs the result at the new batch, splits each output by its layout and compares each
@@ -21,6 +22,7 @@ import onnx_ir as ir
 
 from core.errors import CheckFailed, UsageError
 from surgery.batch_constants import debatch
+from surgery.batch_contiguous import make_contiguous
 from surgery.batch_layout import Layout, compare_chunks, find_layouts
 from surgery.fix_dims import check_claims, infer, rename_input_symbols
 from surgery.probe import conflicts, declared, drop_shape_claims, neutral, observe, probe_feeds
@@ -60,7 +62,8 @@ def probe_batch_of(model: ir.Model, probe_shapes: dict[str, tuple[int, ...]]) ->
     return given.pop() if given else 1
 
 
-def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[int, ...]]) -> tuple[ir.Model, dict]:
+def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[int, ...]],
+              contiguous: bool = False) -> tuple[ir.Model, dict]:
     """Rewrite `model` for batch `batch` (None: dynamic).
 
     Args:
@@ -68,10 +71,13 @@ def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[
         batch: the new static batch, or None for a symbolic `batch`.
         probe_shapes: sizes of symbolic input dims; their axis 0 is the old batch when the model's
             batch is symbolic (`probe_batch_of`), else replaced by the static batch.
+        contiguous: outputs whose samples interleave get each sample's rows in one block
+            (`surgery.batch_contiguous`).
 
     Returns:
         (new model, report): `old_batch`, `new_batch`, `probe_batch` (b), `constants` (batch constants
-        rewritten, as debake findings), `renamed_input_dims`, `layouts` ({output: Layout}), `probe`.
+        rewritten, as debake findings), `renamed_input_dims`, `layouts` ({output: Layout}), `probe`,
+        and with `contiguous` `transposes` (rewritten) and `left_interleaved`.
 
     Raises:
         CheckFailed: the model does not run at its old batch even without shape claims, or an output
@@ -92,6 +98,11 @@ def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[
     infer(new)
     reference = model if try_run(model, feeds)[0] is not None else neutral(model)
     layouts = find_layouts(new, reference, feeds)
+    transposes, left = ([], []) if not contiguous else make_contiguous(new, layouts)
+    if transposes:
+        drop_shape_claims(new)
+        infer(new)
+        layouts = find_layouts(new, reference, feeds)
     target = batch if batch is not None else "batch"
     for value in new.graph.inputs:
         value.shape = ir.Shape([target, *list(value.shape)[1:]])
@@ -100,6 +111,7 @@ def set_batch(model: ir.Model, batch: int | None, probe_shapes: dict[str, tuple[
     return new, {"old_batch": before if before is not None else "symbolic", "new_batch": target,
                  "probe_batch": probe_batch, "constants": [f.to_json() for f in findings],
                  "renamed_input_dims": renamed, "layouts": layouts,
+                 **({"transposes": transposes, "left_interleaved": left} if contiguous else {}),
                  "probe": {k: list(v.shape) for k, v in feeds.items()}}
 
 

@@ -113,3 +113,20 @@ def test_naive_batch_script_reproduces_buffer_reuse_failure_and_is_repaired(tmp_
         got, ref = run(out / "model.onnx", at), run(reference, at)
         for name, value in ref.items():
             np.testing.assert_array_equal(got[name], value)
+
+
+def test_set_batch_contiguous_gives_each_scrfd_sample_its_own_rows(tmp_path, capsys):
+    out = tmp_path / "b4"
+    assert main(["set-batch", str(FIXTURES / "scrfd_500m.onnx"), str(out), "--batch", "4", "--contiguous",
+                 "--probe", "input.1=1x3x160x160"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("contiguous  Transpose") == 9 and "interleaved " not in text
+    report = json.loads((out / "report.json").read_text())
+    assert {(v["axis"], v["block"] == v["rows"]) for v in report["layouts"].values()} == {(0, True)}
+    images = np.random.default_rng(6).standard_normal((4, 3, 160, 160)).astype(np.float32)
+    got = run(out / "model.onnx", {"input.1": images})
+    for i in range(4):
+        ref = run(FIXTURES / "scrfd_500m.onnx", {"input.1": images[i:i + 1]})
+        for name, value in ref.items():
+            rows = len(value)
+            np.testing.assert_allclose(got[name][rows * i:rows * (i + 1)], value, rtol=1e-5, atol=1e-5)

@@ -117,3 +117,16 @@ def test_symbolic_batch_run_at_its_probe_batch_becomes_dynamic():
     for batch in (4, 12):
         ok, lines = verify(new, model, report["probe"], batch, 4, report["layouts"])
         assert ok, lines
+
+
+def test_contiguous_keeps_the_batch_first_in_the_interleaving_transpose():
+    model = ir.from_proto(ex.interleaved_head())
+    new, report = set_batch(model, 3, {"x": (1, 4, 8, 8)}, contiguous=True)
+    assert report["transposes"] == ["Transpose 'to_hwbc' (before scores): perm [2, 3, 0, 1] -> [0, 2, 3, 1]"]
+    assert report["left_interleaved"] == []
+    layout = report["layouts"]["scores"]
+    assert (layout.axis, layout.rows, layout.block) == (0, 128, 128)
+    x = np.random.default_rng(3).standard_normal((3, 4, 8, 8)).astype(np.float32)
+    got = run(new, {"x": x})["scores"]
+    for i in range(3):  # sample i is rows 128·i .. 128·(i+1)
+        np.testing.assert_array_equal(got[128 * i:128 * (i + 1)], run(model, {"x": x[i:i + 1]})["scores"])
