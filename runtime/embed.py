@@ -109,7 +109,7 @@ def qwen3_vl_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]
         pack.sources.append([str(p) for p in frame_paths])
     grid_thw = np.concatenate(grids).astype(np.int64)
     pixel_values = np.concatenate(pixels).astype(np.float32)
-    contract.check_inputs(pixel_values, grid_thw, merge, pixel_values.shape[1])
+    contract.check_grid(grid_thw, merge)  # the row length is checked against the model's input
     pack.feeds = {"pixel_values": pixel_values, "grid_thw": grid_thw}
     pack.facts = [{"grid_thw": g} for g in grid_thw]
     pack.tokens = [int(np.prod(g)) // merge**2 for g in grid_thw]
@@ -153,6 +153,12 @@ def cast_feeds(sess, feeds: dict[str, np.ndarray], model: Path, family: str) -> 
     if set(declared) != set(feeds):
         raise UsageError(f"{model} has inputs {sorted(declared)}, not those of a {family} encoder "
                          f"({sorted(feeds)}): the package holds another model")
+    for entry in sess.get_inputs():
+        shape = feeds[entry.name].shape
+        fixed = [(axis, dim) for axis, dim in enumerate(entry.shape) if isinstance(dim, int)]
+        if len(shape) != len(entry.shape) or any(shape[axis] != dim for axis, dim in fixed):
+            raise UsageError(f"{model} takes {entry.name} of shape {entry.shape}, but the package's preprocessor "
+                             f"gives {list(shape)}: preprocessor_config.json does not fit the model")
     dtypes = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
               "tensor(bool)": np.bool_}
     return {name: array.astype(dtypes.get(declared[name], array.dtype), copy=False) for name, array in feeds.items()}

@@ -186,6 +186,11 @@ def test_package_of_another_model(qwen_dist, photos, tmp_path, capsys):
     assert code == 2 and "'llava'" in single_error(err) and "manifest.json" in single_error(err)
     code, _, err = embed([photos["coffee"], "--package", qwen_dist / QWEN, "--variant", "q4", "--out", out], capsys)
     assert code == 2 and "vision_encoder_q4.onnx" in single_error(err)
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    processor = json.loads((other / "preprocessor_config.json").read_text())
+    (other / "preprocessor_config.json").write_text(json.dumps({**processor, "patch_size": 14}))  # Qwen2-VL's
+    code, _, err = embed([photos["coffee"], "--package", other, "--out", out], capsys)
+    assert code == 2 and "does not fit the model" in single_error(err)
     assert not out.exists()
 
 
