@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from core.errors import UsageError
 
@@ -44,6 +44,17 @@ def _fetch_from_hub(repo_id: str, prefixes: tuple[str, ...]) -> Path:
     return config.parent
 
 
+def read_config_json(path: Path) -> dict:
+    """A checkpoint's config.json as a dict; UsageError naming the file when it is not a JSON object."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"checkpoint {path} is not valid JSON ({err}); save the checkpoint again") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"checkpoint {path} is not a JSON object; save the checkpoint again")
+    return raw
+
+
 def load_prefixed_state_dict(folder: Path, prefixes: tuple[str, ...]) -> tuple[dict, str]:
     """Tensors whose names start with the first prefix found, with it stripped; and that prefix.
 
@@ -56,16 +67,23 @@ def load_prefixed_state_dict(folder: Path, prefixes: tuple[str, ...]) -> tuple[d
         raise UsageError(f"checkpoint folder {folder} has no *.safetensors files{hint}")
     index_path = folder / INDEX
     if index_path.exists():
-        weight_map = json.loads(index_path.read_text())["weight_map"]
+        weight_map = read_config_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise UsageError(f"checkpoint {index_path} has no weight_map; save the checkpoint again")
         wanted = {folder / f for k, f in weight_map.items() if k.startswith(prefixes)}
         files = [f for f in files if f in wanted]
     for prefix in prefixes:
         state = {}
         for file in files:
-            with safe_open(str(file), framework="pt") as reader:
-                for key in reader.keys():  # noqa: SIM118 -- safe_open is not a dict
-                    if key.startswith(prefix):
-                        state[key[len(prefix):]] = reader.get_tensor(key)
+            try:
+                with safe_open(str(file), framework="pt") as reader:
+                    for key in reader.keys():  # noqa: SIM118 -- safe_open is not a dict
+                        if key.startswith(prefix):
+                            state[key[len(prefix):]] = reader.get_tensor(key)
+            except (SafetensorError, OSError, ValueError) as err:
+                raise UsageError(f"checkpoint file {file} is not a readable safetensors file "
+                                 f"({str(err).splitlines()[0] if str(err) else type(err).__name__}); "
+                                 "copy it again or save the checkpoint again") from None
         if state:
             return state, prefix
     raise UsageError(
@@ -76,6 +94,11 @@ def load_prefixed_state_dict(folder: Path, prefixes: tuple[str, ...]) -> tuple[d
 def load_into(module: torch.nn.Module, state: dict, folder: Path) -> None:
     """Load `state` into `module` as float32; every parameter must be present (UsageError otherwise)."""
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+    expected = module.state_dict()
+    for key, tensor in state.items():
+        if key in expected and tuple(expected[key].shape) != tuple(tensor.shape):
+            raise UsageError(f"checkpoint {folder}: weight {key!r} has shape {list(tensor.shape)}, the config's "
+                             f"model needs {list(expected[key].shape)}; config.json and weights disagree")
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing:
         raise UsageError(

@@ -62,8 +62,13 @@ def load_config(model: str | None = None, path: str | Path | None = None) -> Mod
     for key in ("family", "vision"):
         if key not in raw:
             raise UsageError(f"config {path} lacks the key {key!r}")
+    if not isinstance(raw["vision"], dict):
+        raise UsageError(f"config {path}: vision must be a mapping of vision config keys, got {raw['vision']!r}")
     export = raw.get("export") or {}
+    if not isinstance(export, dict):
+        raise UsageError(f"config {path}: export must be a mapping with keys {', '.join(sorted(EXPORT_KEYS))}")
     _reject_unknown(export, EXPORT_KEYS, path, "export.")
+    _check_export(export, path)
     return ModelConfig(
         name=path.stem,
         family=raw["family"],
@@ -79,3 +84,54 @@ def _reject_unknown(mapping: dict, allowed: set, path: Path, prefix: str) -> Non
         raise UsageError(
             f"config {path}: unknown key {prefix}{unknown[0]!r}; allowed: {', '.join(sorted(allowed))}"
         )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_export(export: dict, path: Path) -> None:
+    """Types and ranges of the export keys; UsageError naming the key and the file."""
+    if "opset" in export and not (_is_int(export["opset"]) and export["opset"] >= 1):
+        raise UsageError(f"config {path}: export.opset must be a positive integer, got {export['opset']!r}")
+    if "tolerance" in export:
+        tol = export["tolerance"]
+        if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 < tol < float("inf")):
+            raise UsageError(f"config {path}: export.tolerance must be a positive number, got {tol!r}")
+    if "example_grid_thw" in export:
+        grid = export["example_grid_thw"]
+        if not (isinstance(grid, list) and grid and all(
+                isinstance(row, list) and len(row) == 3 and all(_is_int(v) and v >= 1 for v in row) for row in grid)):
+            raise UsageError(f"config {path}: export.example_grid_thw must be a list of [t, h, w] positive "
+                             f"integers, got {grid!r}")
+
+
+def check_values(values: dict, defaults: dict, path: str | Path, prefix: str = "vision.") -> None:
+    """Each value has the type of the config class's default for that key (UsageError naming the key).
+
+    Integers must be integers >= 1 (>= 0 where the default is 0), numbers finite and >= 0 where the
+    default is, strings strings, lists lists of the default's element type (integers >= 0 when empty).
+    """
+    for key, value in values.items():
+        default = defaults.get(key)
+        where = f"config {path}: {prefix}{key}"
+        if isinstance(default, bool):
+            ok, want = isinstance(value, bool), "true or false"
+        elif _is_int(default):
+            low = 0 if default == 0 else 1 if default > 0 else None
+            ok = _is_int(value) and (low is None or value >= low)
+            want = "an integer" + (f" >= {low}" if low is not None else "")
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < float("inf")
+            ok = ok and (default < 0 or value >= 0)
+            want = "a finite number" + ("" if default < 0 else " >= 0")
+        elif isinstance(default, str):
+            ok, want = isinstance(value, str), "a string"
+        elif isinstance(default, (list, tuple)):
+            ints = not default or all(_is_int(v) for v in default)
+            ok = isinstance(value, list) and (not ints or all(_is_int(v) and v >= 0 for v in value))
+            want = "a list of integers >= 0" if ints else "a list"
+        else:
+            continue
+        if not ok:
+            raise UsageError(f"{where} must be {want}, got {value!r}")

@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing --out folder that is not an earlier export")
+    parser.add_argument("--no-memory-check", action="store_true",
+                        help="export even when the example grid looks too large for this machine's memory")
     return parser.parse_args(argv)
 
 
@@ -56,15 +58,38 @@ def parse_grid(items: list[str]) -> np.ndarray:
         raise UsageError(f"--example-grid takes T,H,W integers, got {items}") from None
 
 
+def available_memory_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (None where there is no such file)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(needed: int, what: str) -> None:
+    """UsageError when `needed` bytes exceed the memory available now, saying how to go on."""
+    available = available_memory_bytes()
+    if available is not None and needed > available:
+        raise UsageError(f"{what} needs about {needed / 2**30:,.1f} GiB to trace and validate, and this machine has "
+                         f"{available / 2**30:.1f} GiB available; the example's size does not limit the exported "
+                         "model (every size works at run time): use a smaller --example-grid such as 1,16,16, or "
+                         "--no-memory-check to try anyway")
+
+
 def export(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
+    if not 0 <= args.seed < 2**32:
+        raise UsageError(f"--seed must be in 0..{2**32 - 1}, got {args.seed}")
     check_folder_output(args.out, STAGE, force=args.force)  # before any work
     config = load_config(None if args.config else args.model, args.config)
     if config.family not in FAMILIES:
         raise UsageError(f"config {config.path}: unknown family {config.family!r}; known: {', '.join(FAMILIES)}")
     fam = FAMILIES[config.family]
     exporter = "dynamo" if args.dynamo else "torchscript"
-    opset = args.opset or config.opset
+    opset = args.opset if args.opset is not None else config.opset
     if not OPSETS[exporter][0] <= opset <= OPSETS[exporter][1]:
         raise UsageError(f"opset {opset} is not supported by the {exporter} path; use {OPSETS[exporter][0]}.."
                          f"{OPSETS[exporter][1]} (LayerNormalization needs 17)")
@@ -75,6 +100,8 @@ def export(args: argparse.Namespace) -> int:
         say(f"NOTE: no checkpoint given: RANDOM weights (seed {args.seed}) at the dimensions of {config.name}")
     grid = contract.check_grid(parse_grid(args.example_grid) if args.example_grid else config.example_grid_thw,
                                fam.merge_size(visual))
+    if not args.no_memory_check:
+        check_memory(fam.trace_memory_bytes(visual, grid), f"the export example grid {grid.tolist()}")
     spec = fam.io_spec(visual)
     example = fam.example_inputs(visual, grid, args.seed)
 

@@ -242,11 +242,11 @@ def check_result_file(out: str | os.PathLike, inputs: Sequence[str | os.PathLike
     recognise as an earlier result of the same command (unless `force`), an unwritable place.
     """
     given = Path(out)
-    if suffix and given.suffix != suffix:
-        raise UsageError(f"OUT {given} must end in {suffix}")
     real = _real(given)
     if real.is_dir():
         raise UsageError(f"OUT {given} is a folder; give a file name, e.g. {given / ('out' + (suffix or ''))}")
+    if suffix and given.suffix != suffix:
+        raise UsageError(f"OUT {given} must end in {suffix}")
     _check_not_input(real, inputs, folder_output=False)
     if real.exists() and not force and not (ours is not None and ours(real)):
         raise UsageError(f"OUT {given} exists and is not an earlier result of this command; refusing to replace "

@@ -10,6 +10,9 @@ When no report in the chain has it, `default_layouts` recomputes an equivalent l
 import json
 from pathlib import Path
 
+from core import report as reports
+from core.errors import UsageError
+
 import numpy as np
 
 from runtime.layouts import (
@@ -29,7 +32,10 @@ def from_reports(model_file: Path) -> list[dict] | None:
     candidates = [folder / "report.json"] + [folder.parent / name / "report.json" for name in STAGE_FOLDERS]
     for report in candidates:
         if report.exists():
-            cases = json.loads(report.read_text()).get("validation", {}).get("cases") or []
+            validation = reports.read_beside(report).get("validation")
+            cases = (validation.get("cases") if isinstance(validation, dict) else None) or []
+            if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+                raise UsageError(f"{report}: validation.cases is not a list of cases; fix or remove the report")
             layouts = [{"case": c["case"], "grid_thw": c["grid_thw"]} for c in cases if "grid_thw" in c]
             if layouts:
                 return layouts

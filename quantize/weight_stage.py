@@ -61,6 +61,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     if not nodes:
         raise no_matmul_error(source.model)
     skip = excluded(nodes, exclude)
+    if len(skip) == len(nodes):
+        raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(nodes)} MatMul(s): nothing would be "
+                         "quantized; narrow the pattern")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{stage_name}-work-", dir=out.parent) as tmp:

@@ -23,7 +23,7 @@ from surgery import freeze as freeze_mod
 from surgery import set_batch as set_batch_mod
 from surgery.grid import resolve_grid
 from core.errors import CheckFailed, Parser, UsageError, main_wrapper
-from core.onnx_io import copy_model, has_external_data, load, save
+from core.onnx_io import copy_model, has_external_data, load, model_path, save
 from core.staging import StagedFile, check_file_output, check_folder_output
 from surgery.probe import declared, neutral, probe_feeds
 from surgery.probe_sizes import guess_shapes, other_sizes
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = build_parser().parse_args(argv)
         start = time.perf_counter()
+        args.input = str(model_path(args.input))  # a model file, or a stage folder holding model.onnx
         if getattr(args, "output", None) is not None:
             _check_out(args)  # before any work: a bad OUT is found in a second, not after the run
         code = COMMANDS[args.command](args)

@@ -104,6 +104,8 @@ class Grid:
     def __post_init__(self):
         if not self.rows:
             raise UsageError("the export grid is empty; give at least one --grid T,H,W")
+        if self.merge < 1:
+            raise UsageError(f"the spatial merge size must be a positive integer, got {self.merge} (--merge)")
         for t, h, w in self.rows:
             if min(t, h, w) <= 0 or h % self.merge or w % self.merge:
                 raise UsageError(
@@ -198,6 +200,8 @@ def parse_grid(items: list[str], merge: int) -> Grid:
 
 def resolve_grid(model: ir.Model, items: list[str] | None, merge: int | None) -> Grid:
     """`--grid` when given, else the model's metadata; UsageError when neither says the grid."""
+    if merge is not None and merge < 1:
+        raise UsageError(f"--merge must be a positive integer, got {merge}")
     if items:
         if merge is None:
             merge = int(model.metadata_props.get("spatial_merge_size", "2"))

@@ -29,3 +29,11 @@ def single_error(stderr: str) -> str:
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, stderr
     return errors[0]
+
+
+def snapshot(root) -> dict:
+    """{relative path: bytes} of every file under `root` (folders as None): to prove nothing changed."""
+    from pathlib import Path
+
+    root = Path(root)
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}

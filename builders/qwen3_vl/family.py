@@ -26,6 +26,18 @@ def patch_dim(visual) -> int:
     return c.in_channels * c.temporal_patch_size * c.patch_size * c.patch_size
 
 
+def trace_memory_bytes(visual, grid_thw: np.ndarray) -> int:
+    """Rough peak bytes of exporting and validating at `grid_thw`: the largest frame's attention scores
+    (heads x n x n float32, in the eager reference) plus the activations of every patch (N x MLP width,
+    a few live copies) on top of the weights."""
+    c = visual.config
+    frames = grid_thw[:, 1] * grid_thw[:, 2]
+    patches = int((grid_thw[:, 0] * frames).sum())
+    largest = int(frames.max())
+    weights = sum(p.numel() for p in visual.parameters()) * 4
+    return weights + c.num_heads * largest * largest * 4 + patches * c.intermediate_size * 4 * 4
+
+
 def merge_size(visual) -> int:
     return visual.config.spatial_merge_size
 

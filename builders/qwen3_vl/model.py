@@ -1,6 +1,6 @@
 """Build the Qwen3-VL vision tower (random weights or a checkpoint) and its export wrapper."""
 
-import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +9,7 @@ from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLConfig, Q
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel, Qwen3VLVisionRotaryEmbedding
 
 from builders import checkpoint as ckpt
-from builders.config import ModelConfig
+from builders.config import ModelConfig, check_values
 from builders.qwen3_vl import grid
 from builders.qwen3_vl.patcher import GRID_KWARG, segment_attention_patch
 from builders.qwen3_vl.segment_attention import TRANSLATION_TABLE
@@ -21,16 +21,36 @@ VISION_PREFIXES = ("model.visual.", "visual.")
 VISION_KEYS = set(Qwen3VLVisionConfig.__annotations__)
 
 
-def vision_config(values: dict) -> Qwen3VLVisionConfig:
+def vision_config(values: dict, where: str | Path = "vision") -> Qwen3VLVisionConfig:
     """Qwen3VLVisionConfig from a config file's `vision` mapping, rejecting unknown keys."""
     unknown = sorted(set(values) - VISION_KEYS)
     if unknown:
         raise UsageError(f"unknown vision config key {unknown[0]!r}; allowed: {', '.join(sorted(VISION_KEYS))}")
+    check_values(values, Qwen3VLVisionConfig().to_dict(), where)
     try:
         config = Qwen3VLVisionConfig(**values)
     except (TypeError, ValueError) as err:
-        raise UsageError(f"bad vision config: {str(err).splitlines()[0]}") from None
+        raise UsageError(f"config {where}: bad vision config: {str(err).splitlines()[0]}") from None
+    check_consistent(config, where)
     return _eager(config)
+
+
+def check_consistent(config: Qwen3VLVisionConfig, where: str | Path) -> None:
+    """Dimensions that must agree (heads divide the width, rotary halves, DeepStack layers exist)."""
+    prefix = f"config {where}: vision."
+    if config.hidden_size % config.num_heads:
+        raise UsageError(f"{prefix}num_heads {config.num_heads} does not divide hidden_size {config.hidden_size}")
+    if (config.hidden_size // config.num_heads) % 4:
+        raise UsageError(f"{prefix}hidden_size / num_heads = {config.hidden_size // config.num_heads} must be a "
+                         "multiple of 4 (2D rotary embedding splits each head in four)")
+    bad = [i for i in config.deepstack_visual_indexes if not 0 <= i < config.depth]
+    if bad:
+        raise UsageError(f"{prefix}deepstack_visual_indexes {list(config.deepstack_visual_indexes)}: {bad[0]} is "
+                         f"not a layer of a depth-{config.depth} tower (0..{config.depth - 1})")
+    side = math.isqrt(config.num_position_embeddings)
+    if side * side != config.num_position_embeddings:
+        raise UsageError(f"{prefix}num_position_embeddings {config.num_position_embeddings} must be a square "
+                         "(a side x side position grid)")
 
 
 def _eager(config: Qwen3VLVisionConfig) -> Qwen3VLVisionConfig:
@@ -41,7 +61,7 @@ def _eager(config: Qwen3VLVisionConfig) -> Qwen3VLVisionConfig:
 
 def build_random(config: ModelConfig, seed: int) -> Qwen3VLVisionModel:
     """The tower at the config's dimensions with the model's own initialisation under `seed`."""
-    vision = vision_config(config.vision)
+    vision = vision_config(config.vision, config.path)
     torch.manual_seed(seed)
     return Qwen3VLVisionModel(vision).float().eval()
 
@@ -52,10 +72,15 @@ def build_from_checkpoint(checkpoint: str) -> tuple[Qwen3VLVisionModel, Path]:
     config_path = folder / "config.json"
     if not config_path.exists():
         raise UsageError(f"checkpoint folder {folder} has no config.json")
-    raw = json.loads(config_path.read_text())
-    if "vision_config" not in raw:
-        raise UsageError(f"checkpoint {folder}: config.json has no vision_config (not a Qwen3-VL checkpoint?)")
-    vision = Qwen3VLConfig(**raw).vision_config
+    raw = ckpt.read_config_json(config_path)
+    if not isinstance(raw.get("vision_config"), dict):
+        raise UsageError(f"checkpoint {folder}: config.json has no vision_config mapping (not a Qwen3-VL checkpoint?)")
+    check_values(raw["vision_config"], Qwen3VLVisionConfig().to_dict(), config_path, "vision_config.")
+    try:
+        vision = Qwen3VLConfig(**raw).vision_config
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"checkpoint {config_path}: bad config: {str(err).splitlines()[0]}") from None
+    check_consistent(vision, config_path)
     state, _ = ckpt.load_prefixed_state_dict(folder, VISION_PREFIXES)
     with torch.device("meta"):
         model = Qwen3VLVisionModel(_eager(vision))
