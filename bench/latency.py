@@ -5,18 +5,17 @@ A, B, C, ...) so that machine load hits all alike; medians reported. Variants:
   torch eager / torch sdpa   the transformers model (per-frame attention), same random weights (seed 0)
   ort export                 build/NAME/export (fp32, as exported)
   ort optimized(...)         build/NAME/optimized and two ablations (ORT's fusions only; no RotaryEmbedding)
-  ort int4 b{B} {sym|asym} a{L}   INT4 sweep from the optimized model (build/NAME/bench/)
+  ort int8 / ort int4         build/NAME/int8 and build/NAME/int4: the points `make export` ships, chosen
+                             by `python -m bench.sweep` (which measures every INT8 and INT4 option)
 Also: the measured fp32 GEMM peak, the encoder's analytic FLOPs and achieved fraction of that peak,
 latency against patch count (256..4096), and a mixed two-image pack against two single calls.
-Needs `make export MODEL=NAME` (build/NAME/export); builds the optimized, int4 and sweep stages it
-lacks. Writes bench/results/latency-NAME.json, latency.md (or latency-NAME.md) and latency-NAME.png.
+Needs `make export MODEL=NAME` (build/NAME/export); builds the optimized stage and ablations it lacks. Writes bench/results/latency-NAME.json, latency.md (or latency-NAME.md) and latency-NAME.png.
 """
 
 import argparse
 import gc
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -26,20 +25,18 @@ import torch
 
 from bench import flops, gemm_peak, latency_report
 from bench.machine import machine
+from bench.timing import grid_for, interleaved, load_average, pixels
 from builders.config import load_config
 from builders.qwen3_vl.model import build_random
-from quantize import int4 as int4_stage
-from quantize import optimize as optimize_stage
-from runtime.layouts import random_pixels, smart_resize
 from core.session import open_session
+from quantize import optimize as optimize_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIZES = [(448, 448), (336, 336), (560, 560)]
 CURVE_SIDES = [16, 24, 32, 48, 64]  # square grids: 256 .. 4096 patches
-DEFAULT_INT4 = "32:sym:4"  # what `python -m quantize int4` does without options: the int4 stage
-SWEEP = ["32:sym:4", "128:sym:4", "128:asym:4", "32:sym:0"]
-ABLATIONS = {"ort optimized (ORT fusions only)": {"attention", "rotary", "skipln"},
+QUANTIZED = ("int8", "int4")  # the shipped stages, built by `make export`
+ABLATIONS = {"ort optimized (ORT fusions only)": {"rotary", "skipln"},
              "ort optimized (no RotaryEmbedding)": {"rotary"}}
 
 
@@ -53,15 +50,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions per point (default 3)")
     parser.add_argument("--curve-reps", type=int, default=2, help="repetitions of the patch-count curve")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    parser.add_argument("--sweep", default=",".join(SWEEP), help="INT4 points BLOCK:sym|asym:LEVEL, comma-separated")
     parser.add_argument("--build", type=Path, default=ROOT / "build")
     parser.add_argument("--out", type=Path, default=RESULTS)
     return parser.parse_args(argv)
 
 
 # ---------------------------------------------------------------- stages
-def ensure_stages(name: str, build: Path, sweep: list[str]) -> dict[str, Path]:
-    """{variant label: model.onnx}, building the optimized / int4 / sweep folders that are missing."""
+def ensure_stages(name: str, build: Path) -> dict[str, Path]:
+    """{variant label: model.onnx}, building the optimized and ablation folders that are missing."""
     root = build / name
     export = root / "export" / "model.onnx"
     if not export.exists():
@@ -78,13 +74,11 @@ def ensure_stages(name: str, build: Path, sweep: list[str]) -> dict[str, Path]:
             optimize_stage.run(export, folder, skip, threads=0, check_each=False)
         models[label] = folder / "model.onnx"
     models["ort optimized"] = optimized / "model.onnx"
-    for point in sweep:
-        block, sym, level = point.split(":")
-        folder = root / ("int4" if point == DEFAULT_INT4 else f"bench/int4-b{block}-{sym}-a{level}")
-        if not (folder / "model.onnx").exists():
-            say(f"building {folder}")
-            int4_stage.run(optimized, folder, int(block), sym == "sym", int(level), [], threads=0)
-        models[f"ort int4 b{block} {sym} a{level}"] = folder / "model.onnx"
+    for stage in QUANTIZED:
+        if (root / stage / "model.onnx").exists():
+            models[f"ort {stage}"] = root / stage / "model.onnx"
+        else:
+            say(f"no {root / stage}: run `make export MODEL={name}` to time it")
     return models
 
 
@@ -94,17 +88,6 @@ def stage_report(model_file: Path) -> dict:
 
 
 # ---------------------------------------------------------------- timing
-def grid_for(height: int, width: int) -> list[list[int]]:
-    h, w = smart_resize(height, width, 32)
-    return [[1, h // 16, w // 16]]
-
-
-def pixels(grid: list[list[int]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random pixel_values [sum(t*h*w), 1536] for `grid`, as an ORT feed."""
-    values, g = random_pixels(grid, 1536, np.random.default_rng(seed))
-    return {"pixel_values": values, "grid_thw": g}
-
-
 def ort_runner(session: ort.InferenceSession, feed: dict):
     return lambda: session.run(None, feed)
 
@@ -122,19 +105,6 @@ def torch_runner(visual, impl: str, feed: dict):
     return run
 
 
-def interleaved(runners: dict, reps: int) -> dict[str, dict]:
-    """Warm each runner once, then `reps` rounds over all runners; {label: {median_s, times_s}}."""
-    for run in runners.values():
-        run()
-    times = {label: [] for label in runners}
-    for _ in range(reps):
-        for label, run in runners.items():
-            start = time.perf_counter()
-            run()
-            times[label].append(time.perf_counter() - start)
-    return {label: {"median_s": float(np.median(t)), "times_s": [round(x, 4) for x in t]} for label, t in times.items()}
-
-
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
@@ -147,17 +117,13 @@ def machine_and_versions() -> dict:
                                       "numpy": np.__version__}}
 
 
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
 # ---------------------------------------------------------------- main
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.disable(logging.INFO)  # onnxscript / ORT log every rewrite at INFO when stages are built
     threads = [int(t) for t in args.threads.split(",")]
     config = load_config(args.model)
-    models = ensure_stages(args.model, args.build, args.sweep.split(","))
+    models = ensure_stages(args.model, args.build)
     say(f"variants: {', '.join(models)}")
     result = {"model": args.model, "config": config.name, "vision": config.vision, "weights": "random (seed 0)",
               "machine": machine_and_versions(), "load_average_start": load_average(), "reps": args.reps,
@@ -166,8 +132,10 @@ def main(argv=None) -> int:
     result["gemm_peak"] = {str(t): v for t, v in gemm_peak.measure(threads).items()}
     result["files"] = {label: sum(f.stat().st_size for f in path.parent.glob("model.onnx*"))
                        for label, path in models.items()}
-    result["int4_quality"] = {label: {k: stage_report(path)["validation"].get(k) for k in ("min_cosine", "max_abs")}
-                              for label, path in models.items() if "int4" in label}
+    result["quantized_quality"] = {
+        label: {k: stage_report(path)["validation"].get(k) for k in ("min_token_cosine", "min_cosine", "max_abs")}
+        | {"config": stage_report(path).get("config")} for label, path in models.items()
+        if label.removeprefix("ort ") in QUANTIZED}
     visual = build_random(config, seed=0)
     sizes = [(h, w, grid_for(h, w)) for h, w in SIZES]
     table = []
@@ -191,9 +159,9 @@ def main(argv=None) -> int:
         del sessions
         gc.collect()
     result["table"] = table
-    best = min((r for r in table if r["threads"] == 1 and r["size"] == "448x448" and "int4" in r["variant"]),
-               key=lambda r: r["median_s"])["variant"]
-    result["best_int4"] = best
+    best = min((r for r in table if r["threads"] == 1 and r["size"] == "448x448"
+                and r["variant"] in result["quantized_quality"]), key=lambda r: r["median_s"])["variant"]
+    result["best_quantized"] = best
     torch.set_num_threads(1)
     sessions = {label: open_session(models[label], 1) for label in ("ort optimized", best)}
     curve = []

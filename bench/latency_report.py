@@ -15,28 +15,27 @@ def _median(result: dict, variant: str, threads: int = 1, size: str = KEY_SIZE) 
 
 def summarize(result: dict) -> dict:
     """The issue's targets at 448x448, one thread, from this run's medians."""
-    best = result["best_int4"]
+    best = result["best_quantized"]
     sdpa, eager = _median(result, "torch sdpa"), _median(result, "torch eager")
-    export, opt, int4 = _median(result, "ort export"), _median(result, "ort optimized"), _median(result, best)
+    export, opt = _median(result, "ort export"), _median(result, "ort optimized")
     peak = result["gemm_peak"]["1"]["gflops"]
     achieved = result["flops"][KEY_SIZE] / opt / 1e9
-    size_ratio = result["files"][best] / result["files"]["ort optimized"]
+    quantized = {v: {"vs_optimized": opt / _median(result, v),
+                     "size_ratio": result["files"][v] / result["files"]["ort optimized"]}
+                 for v in result["quantized_quality"]}
     packs = {(p["variant"], p["how"]): p["median_s"] for p in result["pack_vs_single"]}
     return {
         "torch_eager_s": eager, "torch_sdpa_s": sdpa, "ort_export_s": export, "ort_optimized_s": opt,
-        "best_int4": best, "best_int4_s": int4,
+        "best_quantized": best, "best_quantized_s": _median(result, best), "quantized": quantized,
         "optimized_vs_sdpa": sdpa / opt, "export_vs_sdpa": sdpa / export, "optimized_vs_export": export / opt,
         "rotary_fusion_gain": _median(result, "ort optimized (no RotaryEmbedding)") / opt,
         "own_fusions_gain": _median(result, "ort optimized (ORT fusions only)") / opt,
         "encoder_gflop": result["flops"][KEY_SIZE] / 1e9, "gemm_peak_gflops": peak,
         "optimized_gflops": achieved, "fraction_of_peak": achieved / peak,
-        "int4_vs_optimized": opt / int4, "int4_size_ratio": size_ratio,
         "pack_vs_two_calls": {v: packs[(v, "pack")] / packs[(v, "two calls")] for v, _ in packs},
         "targets": {
             "optimized >= 2.5x torch sdpa": sdpa / opt >= 2.5,
             "optimized >= 85% of GEMM peak": achieved / peak >= 0.85,
-            "int4 >= 1.5x optimized": opt / int4 >= 1.5,
-            "int4 <= 15% of optimized size": size_ratio <= 0.15,
         },
     }
 
@@ -71,10 +70,11 @@ def markdown(result: dict, png: str) -> str:
               (f"| optimized fp32 ≥ 85% of GEMM peak | {100 * s['fraction_of_peak']:.0f}% "
               f"({s['optimized_gflops']:.0f} of {s['gemm_peak_gflops']:.0f} GFLOP/s) | "
               f"{'yes' if s['targets']['optimized >= 85% of GEMM peak'] else 'no'} |"),
-              (f"| INT4 ({s['best_int4']}) ≥ 1.5× optimized | {s['int4_vs_optimized']:.2f}× | "
-              f"{'yes' if s['targets']['int4 >= 1.5x optimized'] else 'no'} |"),
-              (f"| INT4 ≤ 15% of optimized size | {100 * s['int4_size_ratio']:.1f}% | "
-              f"{'yes' if s['targets']['int4 <= 15% of optimized size'] else 'no'} |"),
+              "",
+              "Quantized stages against optimized fp32 (the INT8 / INT4 choice and its targets: "
+              "`bench/results/sweep.md`): " + "; ".join(
+                  f"{v} {q['vs_optimized']:.2f}× faster, {100 * q['size_ratio']:.1f}% of the size"
+                  for v, q in s["quantized"].items()) + ".",
               "",
               f"Encoder at 448x448: {s['encoder_gflop']:.0f} GFLOP (matrix products, analytic: `bench/flops.py`). "
               f"GEMM peak: one 2048³ fp32 MatMul in ONNX Runtime, median: "
@@ -82,10 +82,11 @@ def markdown(result: dict, png: str) -> str:
               (f"Export → optimized: {s['optimized_vs_export']:.2f}×; the project's own fusions (MultiHeadAttention, "
               f"RotaryEmbedding, SkipLayerNormalization) over ORT's alone: {s['own_fusions_gain']:.2f}×; "
               f"RotaryEmbedding fusion alone: {s['rotary_fusion_gain']:.2f}×."),
-              "", "## INT4 accuracy against fp32 (all validation layouts, every output)", "",
-              "| variant | min cosine | max abs diff |", "|---|---:|---:|"]
-    for v, q in result["int4_quality"].items():
-        lines.append(f"| {v} | {q['min_cosine']:.4f} | {q['max_abs']:.3g} |")
+              "", "## Quantized stages: accuracy against fp32 (all validation layouts, every output)", "",
+              "| variant | options | min per-token cosine | min cosine | max abs diff |", "|---|---|---:|---:|---:|"]
+    for v, q in result["quantized_quality"].items():
+        options = ", ".join(f"{k} {x}" for k, x in (q["config"] or {}).items() if x not in ([], None))
+        lines.append(f"| {v} | {options} | {q['min_token_cosine']:.4f} | {q['min_cosine']:.4f} | {q['max_abs']:.3g} |")
     lines += ["", "Random weights: these cosines say little about a trained checkpoint.", "",
               "## Latency against patch count (one thread)", "",
               "| patches | " + " | ".join(dict.fromkeys(c["variant"] for c in result["curve"])) + " |",
@@ -98,8 +99,8 @@ def markdown(result: dict, png: str) -> str:
     for v, ratio in s["pack_vs_two_calls"].items():
         p = {x["how"]: x["median_s"] for x in result["pack_vs_single"] if x["variant"] == v}
         lines.append(f"| {v} | {p['pack']:.3f} | {p['two calls']:.3f} | {ratio:.2f} |")
-    lines += ["", ("The packed graph runs one N×N attention with a block-diagonal bias: the cross-image "
-              "part is computed and masked, so a pack costs more attention FLOPs than separate calls."),
+    lines += ["", ("Attention runs per frame (a Loop of MultiHeadAttention over the frames of the pack): a pack "
+              "computes no cross-image scores. Curve to 16,384 patches with memory: bench/results/scale.md."),
               "", f"![latency]({png})", ""]
     return "\n".join(lines)
 

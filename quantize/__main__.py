@@ -1,4 +1,4 @@
-"""`python -m quantize {optimize,int4} IN OUT ...`: the optimize and INT4 stages.
+"""`python -m quantize {optimize,int8,int4} IN OUT ...`: the optimize, INT8 and INT4 stages.
 
 IN is a model.onnx (or a stage folder holding one); OUT is a stage folder that receives model.onnx
 (+ model.onnx.data when large) and report.json. Exit 0 on success, 1 when a pass breaks parity
@@ -10,16 +10,17 @@ import logging
 import sys
 from pathlib import Path
 
-from quantize import int4, optimize, stage
 from core.errors import Parser, UsageError, main_wrapper
+from quantize import int4, int8, optimize, outlier_check
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(prog="python -m quantize", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     opt = commands.add_parser("optimize", help="fuse for ONNX Runtime CPU (fp32)")
+    int8_cmd = commands.add_parser("int8", help="weight INT8 (dynamic MatMulInteger, or MatMulNBits 8-bit)")
     int4_cmd = commands.add_parser("int4", help="weight-only INT4 (MatMulNBits)")
-    for sub in (opt, int4_cmd):
+    for sub in (opt, int8_cmd, int4_cmd):
         sub.add_argument("input", type=Path, metavar="IN", help="model.onnx or a stage folder")
         sub.add_argument("out", type=Path, metavar="OUT", help="output stage folder")
         sub.add_argument("--threads", type=int, default=0, help="ORT intra-op threads for the checks (0: all)")
@@ -37,10 +38,57 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           help="MatMulNBits compute: 0 fp32, 4 int8 activations (default 4)")
     int4_cmd.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                           help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")
+    add_int8_options(int8_cmd)
+    add_outlier_options(int4_cmd, "report")
     args = parser.parse_args(argv)
+    if args.command == "int8":
+        check_int8_options(args)
     if args.threads < 0:
         raise UsageError(f"--threads must be >= 0, got {args.threads}")
     return args
+
+
+def add_outlier_options(sub: argparse.ArgumentParser, default: str) -> None:
+    sub.add_argument("--outliers", default=default, choices=outlier_check.MODES,
+                     help="outlier-stress check: exclude = keep fp32 the MatMuls it shows must stay fp32, "
+                          f"report = measure only, off (default {default})")
+    sub.add_argument("--stress-target", type=float, default=outlier_check.DEFAULT_TARGET, metavar="COS",
+                     help="min per-token cosine the outlier-stress copy must reach with --outliers exclude "
+                          f"(default {outlier_check.DEFAULT_TARGET})")
+
+
+def add_int8_options(sub: argparse.ArgumentParser) -> None:
+    """int8's options; those of the other method default to None so that giving them is an error."""
+    sub.add_argument("--method", default="dynamic", choices=int8.METHODS,
+                     help="dynamic: quantize_dynamic, MatMulInteger with per-tensor uint8 activations (default); "
+                          "nbits: MatMulNBits bits=8")
+    sub.add_argument("--per-tensor", dest="per_channel", action="store_false", default=None,
+                     help="dynamic: one weight scale per tensor instead of per output column")
+    sub.add_argument("--block-size", type=int, default=None, choices=int8.BLOCK_SIZES,
+                     help="nbits: weights per quantization block along K (default 32)")
+    sym = sub.add_mutually_exclusive_group()
+    sym.add_argument("--symmetric", dest="symmetric", action="store_true", default=None,
+                     help="nbits: no zero points (default)")
+    sym.add_argument("--asymmetric", dest="symmetric", action="store_false", help="nbits: with zero points")
+    sub.add_argument("--accuracy-level", type=int, default=None, choices=int8.ACCURACY_LEVELS,
+                     help="nbits: MatMulNBits compute, 0 fp32, 4 int8 activations per block (default 4)")
+    sub.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                     help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")
+    add_outlier_options(sub, "exclude")
+
+
+def check_int8_options(args: argparse.Namespace) -> None:
+    """Refuse options of the other method; fill in the defaults of the chosen one."""
+    other = {"dynamic": {"--block-size": args.block_size, "--symmetric/--asymmetric": args.symmetric,
+                         "--accuracy-level": args.accuracy_level},
+             "nbits": {"--per-tensor": args.per_channel}}[args.method]
+    given = [name for name, value in other.items() if value is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} do(es) not apply to --method {args.method}")
+    defaults = {"per_channel": True, "block_size": 32, "symmetric": True, "accuracy_level": 4}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,9 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         if args.command == "optimize":
             optimize.run(args.input, args.out, set(args.skip), args.threads, force=args.force)
+        elif args.command == "int8":
+            int8.run(args.input, args.out, args.method, args.per_channel, args.block_size, args.symmetric,
+                     args.accuracy_level, args.exclude, args.outliers, args.stress_target, args.threads, args.force)
         else:
             int4.run(args.input, args.out, args.block_size, args.symmetric, args.accuracy_level,
-                     args.exclude, args.threads, force=args.force)
+                     args.exclude, args.threads, force=args.force, outliers=args.outliers,
+                     target=args.stress_target)
         return 0
 
     return main_wrapper(body)

@@ -9,7 +9,7 @@ On the outlier-stress copy of the input (`quantize.outliers`: residual channels 
    MatMuls fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
    at the probe layout reaches the target; then bisected down to the smallest such k.
 3. validation: the stressed model quantized with the final exclusions, at every validation layout.
-Mode "report" does 1 and 3 with no exclusion. The caller applies the exclusions to the real model.
+Mode "report" does only 3, with no exclusion. The caller applies the exclusions to the real model.
 """
 
 from __future__ import annotations
@@ -65,8 +65,7 @@ def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, t
     proto = onnx.load(str(model_file), load_external_data=False)
     proto.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in sorted(taps))
     tapped = work / "tapped.onnx"
-    onnx_io.save_proto(proto, tapped)  # the weights stay in model_file's data file: copy it beside
-    _link_data(model_file, tapped)
+    onnx_io.save_proto(proto, tapped)  # beside model_file: its external weights (if any) resolve from there
     session = open_session(tapped, threads)
     names = [o.name for o in session.get_outputs()]
     values = dict(zip(names, session.run(None, feed)))
@@ -85,15 +84,6 @@ def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, t
                         "min_token_cosine": metrics.min_token_cosine(got.reshape(-1, got.shape[-1]),
                                                                      ref.reshape(-1, ref.shape[-1]))})
     return sorted(records, key=lambda r: r["min_token_cosine"])
-
-
-def _link_data(model_file: Path, copy: Path) -> None:
-    """Make the external data of `model_file` (if any) readable beside `copy` under the same name."""
-    proto = onnx.load(str(model_file), load_external_data=False)
-    for location in {e.value for t in onnx_io.all_tensors(proto.graph) for e in t.external_data if e.key == "location"}:
-        target = copy.parent / location
-        if not target.exists():
-            target.symlink_to((model_file.parent / location).resolve())
 
 
 def _one_matmul(name: str, k: int, weight: np.ndarray) -> onnx.ModelProto:
@@ -149,11 +139,12 @@ def run(fp32_file: Path, quantize: Quantizer, skip: list[str], layouts: list[dic
         with step("outlier stress: fp32 outputs at the validation layouts", timings):
             reference = parity.run_all(open_session(stressed, threads), inputs)
         probe = probe_index(layouts)
-        with step("outlier stress: sensitivity of each MatMul alone", timings):
-            ranked = sensitivity(stressed, quantize, inputs[probe], work, threads)
+        ranked: list[dict] = []
         excluded: list[str] = []
         trials: list[dict] = []
         if mode == "exclude":
+            with step("outlier stress: sensitivity of each MatMul alone", timings):
+                ranked = sensitivity(stressed, quantize, inputs[probe], work, threads)
             with step(f"outlier stress: MatMuls to keep fp32 for min per-token cosine >= {target}", timings):
                 k, trials = search(stressed, quantize, [r["node"] for r in ranked if r["node"] not in skip], skip,
                                    inputs[probe], reference[probe], target, work, threads)
@@ -167,7 +158,7 @@ def run(fp32_file: Path, quantize: Quantizer, skip: list[str], layouts: list[dic
         "how": ("residual-stream channels scaled in every weight that writes the stream (quantize/outliers.py); "
                 "the stressed model quantized the same way, compared with its own fp32 outputs"),
         "channels": record["channels"], "factors": record["factors"], "hidden": record["hidden"],
-        "writers_scaled": len(record["writers"]), "not_traced": record["not_traced"],
+        "writers_scaled": record["writers"], "not_traced": record["not_traced"],
         "mode": mode, "target_min_token_cosine": target, "probe_case": layouts[probe]["case"],
         "sensitivity": ranked, "search": trials, "excluded": excluded,
         "validation": {"reference": "outlier-stress fp32 model in ONNX Runtime", **worst, "cases": cases},

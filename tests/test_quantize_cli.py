@@ -57,7 +57,7 @@ def test_int4_exclude_keeps_matches_fp32(optimized, tmp_path):
     out = tmp_path / "int4"
     assert cli.main(["int4", str(optimized["torchscript"]), str(out), "--exclude", r"merger", "--threads", "1"]) == 0
     report = json.loads((out / "report.json").read_text())
-    kept = [n["weight"] for n in report["fp32_weight_nodes"] if n["reason"] == "excluded"]
+    kept = [n["weight"] for n in report["fp32_weight_nodes"] if n["reason"] == "excluded (--exclude)"]
     assert len(kept) == 6 and all("merger" in w for w in kept)
 
 

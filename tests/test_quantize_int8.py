@@ -1,0 +1,144 @@
+"""`python -m quantize int8` on the tiny encoder: report, accuracy fields, nodes left fp32, outlier stress, bad input."""
+
+import json
+
+import onnx_ir as ir
+import pytest
+
+from quantize import __main__ as cli
+from tests import test_quantize_support as support
+from tests.conftest import single_error
+
+LINEAR_LAYERS = 4 * support.DEPTH + 2 * 3  # qkv, proj, fc1, fc2 per block; fc1, fc2 per merger (1 + 2 deepstack)
+OUTPUTS = {"image_embeds", "deepstack_embeds_0", "deepstack_embeds_1"}
+
+
+@pytest.fixture(scope="module")
+def optimized(tiny_exports, tmp_path_factory):
+    out = tmp_path_factory.mktemp("int8-input") / "optimized"
+    assert cli.main(["optimize", str(tiny_exports["torchscript"]), str(out), "--threads", "1"]) == 0
+    return out
+
+
+def build(optimized, out, *flags) -> dict:
+    assert cli.main(["int8", str(optimized), str(out), "--threads", "1", *flags]) == 0
+    return json.loads((out / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def dynamic(optimized, tmp_path_factory):
+    """The default int8 stage: dynamic per-channel, outlier-stress exclusions at the default target."""
+    out = tmp_path_factory.mktemp("int8") / "dynamic"
+    return out, build(optimized, out)
+
+
+def test_dynamic_report_contents(dynamic):
+    out, report = dynamic
+    model = ir.load(str(out / "model.onnx"))
+    assert report["stage"] == "int8"
+    assert report["config"]["method"] == "dynamic" and report["config"]["per_channel"] is True
+    excluded = [n for n in report["fp32_weight_nodes"] if n["reason"] == "excluded (outlier stress)"]
+    assert len(support.ops(model, "MatMulInteger")) == report["quantized_nodes"] == LINEAR_LAYERS - len(excluded)
+    assert len(support.ops(model, "DynamicQuantizeLinear")) >= 1
+    assert [n["op"] for n in report["fp32_weight_nodes"] if n["reason"] == "not a MatMul"] == ["Conv"]
+    assert 0 < report["size_ratio"] < 1
+    assert sum(report["files"].values()) == sum(f.stat().st_size for f in out.glob("model.onnx*"))
+
+
+def test_dynamic_accuracy_fields(dynamic):
+    _, report = dynamic
+    validation = report["validation"]
+    assert len(validation["cases"]) >= 10
+    for case in validation["cases"]:
+        assert set(case["outputs"]) == OUTPUTS
+        for o in case["outputs"].values():
+            assert o["min_token_cosine"] <= o["cosine"] + 1e-12 and 0 < o["max_abs"]
+    worst = min(o["min_token_cosine"] for c in validation["cases"] for o in c["outputs"].values())
+    assert validation["min_token_cosine"] == worst
+    assert worst >= 0.999  # the issue's target for random weights
+
+
+def test_outlier_stress_section(dynamic):
+    _, report = dynamic
+    stress = report["outlier_stress"]
+    assert len(stress["channels"]) == 4 and min(stress["factors"]) == 20 and max(stress["factors"]) == 100
+    # every block's attention output projection and MLP down projection, and the patch embedding
+    writers = {w["weight"] for w in stress["writers_scaled"]}
+    blocks = {f"visual.blocks.{i}.{name}.weight" for i in range(support.DEPTH) for name in ("attn.proj", "mlp.linear_fc2")}
+    assert {w.removesuffix(".matmul") for w in writers if "blocks" in w} == blocks, writers
+    assert any("patch_embed" in w for w in writers), writers
+    assert {r["node"] for r in stress["sensitivity"]} >= {n["node"] for n in report["fp32_weight_nodes"]
+                                                           if n["reason"] == "excluded (outlier stress)"}
+    assert len(stress["sensitivity"]) == LINEAR_LAYERS
+    cosines = [r["min_token_cosine"] for r in stress["sensitivity"]]
+    assert cosines == sorted(cosines)
+    assert stress["search"][0]["excluded"] == 0
+    assert len(stress["validation"]["cases"]) == len(report["validation"]["cases"])
+    assert stress["met"] == (stress["validation"]["min_token_cosine"] >= stress["target_min_token_cosine"])
+
+
+def test_outlier_stress_excludes_what_fails(dynamic, optimized, tmp_path):
+    # A target above what quantizing every MatMul reaches: the check must keep the most sensitive fp32.
+    _, default = dynamic
+    full = default["outlier_stress"]["search"][0]["min_token_cosine"]
+    target = 1 - (1 - full) / 2
+    report = build(optimized, tmp_path / "strict", "--stress-target", f"{target:.7f}")
+    stress = report["outlier_stress"]
+    kept = [n["node"] for n in report["fp32_weight_nodes"] if n["reason"] == "excluded (outlier stress)"]
+    assert kept and sorted(kept) == sorted(stress["excluded"])
+    assert stress["excluded"] == [r["node"] for r in stress["sensitivity"][:len(kept)]]  # the most sensitive first
+    assert report["quantized_nodes"] == LINEAR_LAYERS - len(kept)
+    reached = next(t for t in stress["search"] if t["excluded"] == len(kept))
+    assert reached["min_token_cosine"] >= target
+    assert all(t["min_token_cosine"] < target for t in stress["search"] if t["excluded"] < len(kept))
+
+
+def test_report_mode_measures_without_excluding(optimized, tmp_path):
+    report = build(optimized, tmp_path / "report-mode", "--outliers", "report", "--per-tensor")
+    assert report["config"]["per_channel"] is False
+    assert report["outlier_stress"]["excluded"] == [] and report["quantized_nodes"] == LINEAR_LAYERS
+    assert 0 < report["outlier_stress"]["validation"]["min_token_cosine"] < 1
+
+
+def test_nbits_8bit(optimized, tmp_path):
+    out = tmp_path / "nbits"
+    report = build(optimized, out, "--method", "nbits", "--block-size", "32", "--accuracy-level", "4",
+                   "--outliers", "off")
+    model = ir.load(str(out / "model.onnx"))
+    nodes = support.ops(model, "MatMulNBits")
+    assert len(nodes) == report["quantized_nodes"] == LINEAR_LAYERS
+    assert {(n.attributes["bits"].as_int(), n.attributes["block_size"].as_int(),
+             n.attributes["accuracy_level"].as_int()) for n in nodes} == {(8, 32, 4)}
+    assert report["outlier_stress"] is None
+    assert report["validation"]["min_token_cosine"] >= 0.999
+
+
+def test_exclude_pattern_keeps_matches_fp32(optimized, tmp_path):
+    report = build(optimized, tmp_path / "merger", "--exclude", "merger", "--outliers", "off")
+    kept = [n["weight"] for n in report["fp32_weight_nodes"] if n["reason"] == "excluded (--exclude)"]
+    assert len(kept) == 6 and all("merger" in w for w in kept)
+
+
+def test_model_without_matmul_is_refused(tiny_exports, tmp_path, capsys):
+    out = tmp_path / "int8"
+    assert cli.main(["int8", str(tiny_exports["torchscript"]), str(out)]) == 2  # Gemm only: not optimized
+    line = single_error(capsys.readouterr().err)
+    assert "no MatMul" in line and "quantize optimize" in line
+    assert not out.exists() and not list(tmp_path.glob(".int8*"))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--method", "fp8"], "--method"),
+    (["--bits", "4"], "--bits"),
+    (["--method", "nbits", "--per-tensor"], "--per-tensor"),
+    (["--block-size", "32"], "--block-size"),
+    (["--method", "nbits", "--block-size", "48"], "--block-size"),
+    (["--outliers", "maybe"], "--outliers"),
+    (["--stress-target", "1.5"], "--stress-target"),
+    (["--exclude", "("], "--exclude"),
+])
+def test_bad_options_are_one_line_and_exit_2(optimized, tmp_path, capsys, args, words):
+    out = tmp_path / "out"
+    assert cli.main(["int8", str(optimized), str(out), *args]) == 2
+    assert words in single_error(capsys.readouterr().err)
+    assert not out.exists()
