@@ -4,27 +4,29 @@ from collections.abc import Callable
 
 import numpy as np
 
+from core.errors import one_line
 from core.parity import compare
 from core.progress import say
 
 
 def validate(
-    run: Callable[[np.ndarray, np.ndarray], list],
-    reference: Callable[[np.ndarray, np.ndarray], list],
-    cases: list,
+    run: Callable[[dict[str, np.ndarray]], list],
+    reference: Callable[[dict[str, np.ndarray]], list],
+    cases: list[tuple[str, dict[str, np.ndarray]]],
     output_names: list[str],
     tolerance: float,
+    facts: Callable[[dict[str, np.ndarray]], dict] = lambda inputs: {},
 ) -> list[dict]:
-    """Run every (name, pixel_values, grid_thw) case through both; one record per case."""
+    """Run every (name, {input: array}) case through both; one record per case ({case, **facts, outputs, ok})."""
     records = []
-    for index, (name, pixel_values, grid_thw) in enumerate(cases, 1):
+    for index, (name, inputs) in enumerate(cases, 1):
         try:
-            outputs = run(pixel_values, grid_thw)
+            outputs = run(inputs)
             error = None
-        except Exception as err:  # noqa: BLE001 -- a graph baked to another grid fails here: record it
-            outputs, error = None, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
-        expected = reference(pixel_values, grid_thw)
-        record = {"case": name, "grid_thw": grid_thw.tolist(), "num_patches": int(pixel_values.shape[0])}
+        except Exception as err:  # noqa: BLE001 -- a graph baked to another layout fails here: record it
+            outputs, error = None, f"{type(err).__name__}: {one_line(str(err))}"
+        expected = reference(inputs)
+        record = {"case": name, **facts(inputs)}
         if error:
             record.update(ok=False, error=error)
         else:

@@ -6,6 +6,7 @@ inspection, OUT is left untouched), 2 on bad input.
 """
 
 import argparse
+import json
 import platform
 import sys
 import time
@@ -19,16 +20,16 @@ import transformers
 from builders import onnx_export, validate
 from core import onnx_io
 from builders.config import load_config
+from builders.phi4_mm import family as phi4_mm
 from builders.qwen3_vl import family as qwen3_vl
 from core import report as reports
 from core import session
 from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.progress import say, step
 from core.staging import check_folder_output, keep_rejected, staged_folder
-from runtime import contract
 
 STAGE = "export"
-FAMILIES = {"qwen3-vl": qwen3_vl}
+FAMILIES = {module.NAME: module for module in (qwen3_vl, phi4_mm)}  # the registry: one entry per family
 EXPORTERS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
 OPSETS = {"torchscript": (17, 20), "dynamo": (18, 23)}  # inclusive ranges each exporter handles
 
@@ -49,13 +50,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-memory-check", action="store_true",
                         help="export even when the example grid looks too large for this machine's memory")
     return parser.parse_args(argv)
-
-
-def parse_grid(items: list[str]) -> np.ndarray:
-    try:
-        return np.array([[int(v) for v in item.split(",")] for item in items], dtype=np.int64)
-    except ValueError:
-        raise UsageError(f"--example-grid takes T,H,W integers, got {items}") from None
 
 
 def available_memory_bytes() -> int | None:
@@ -95,23 +89,23 @@ def export(args: argparse.Namespace) -> int:
                          f"{OPSETS[exporter][1]} (LayerNormalization needs 17)")
 
     with step("load model" + (f" from {args.checkpoint}" if args.checkpoint else ""), timings, "load"):
-        visual, origin = fam.build(config, args.checkpoint, args.seed)
+        module, origin = fam.build(config, args.checkpoint, args.seed)
     if origin["weights"] == "random":
         say(f"NOTE: no checkpoint given: RANDOM weights (seed {args.seed}) at the dimensions of {config.name}")
-    grid = contract.check_grid(parse_grid(args.example_grid) if args.example_grid else config.example_grid_thw,
-                               fam.merge_size(visual))
+    example = fam.example(config, module, args.example_grid)
+    shown = json.dumps(example.tolist() if isinstance(example, np.ndarray) else example)
     if not args.no_memory_check:
-        check_memory(fam.trace_memory_bytes(visual, grid), f"the export example grid {grid.tolist()}")
-    spec = fam.io_spec(visual)
-    example = fam.example_inputs(visual, grid, args.seed)
+        check_memory(fam.trace_memory_bytes(module, example), f"the export example {shown}")
+    spec = fam.io_spec(module)
+    inputs = fam.example_inputs(module, example, args.seed)
 
-    with step(f"export through {exporter} (opset {opset}, example grid {grid.tolist()})", timings, "export"):
-        model = EXPORTERS[exporter](fam.export_module(visual), example, spec, opset)
+    with step(f"export through {exporter} (opset {opset}, example {shown})", timings, "export"):
+        model = EXPORTERS[exporter](fam.export_module(module), tuple(inputs[n] for n in spec.input_names), spec, opset)
     peak_export = reports.peak_rss_mib()
     onnx_export.name_io_dims(model, spec)
     onnx_export.set_metadata(model, {
         "model": config.name, "exporter": exporter, "weights": origin["weights"],
-        **({"seed": args.seed} if origin["weights"] == "random" else {}), **fam.metadata(visual, grid),
+        **({"seed": args.seed} if origin["weights"] == "random" else {}), **fam.metadata(module, example),
     })
 
     out = Path(args.out)
@@ -119,11 +113,11 @@ def export(args: argparse.Namespace) -> int:
         with step("save", timings, "save"):
             files = onnx_io.save_proto(model, tmp / "model.onnx")
             del model
-        cases = fam.validation_cases(visual, grid, args.seed)
+        cases = fam.validation_cases(module, example, args.seed)
         with step(f"validate against eager PyTorch ({len(cases)} cases)", timings, "validate"):
             sess = session.open_session(tmp / "model.onnx")
-            records = validate.validate(lambda pv, g: sess.run(None, {"pixel_values": pv, "grid_thw": g}),
-                                        fam.reference(visual), cases, spec.output_names, config.tolerance)
+            records = validate.validate(lambda feed: sess.run(None, feed), fam.reference(module), cases,
+                                        spec.output_names, config.tolerance, fam.case_facts)
         passed = all(r["ok"] for r in records)
         report = {
             "stage": "export",
@@ -133,7 +127,7 @@ def export(args: argparse.Namespace) -> int:
             **origin,
             "exporter": exporter,
             "opset": opset,
-            "example_grid_thw": grid.tolist(),
+            "example": json.loads(shown),
             "inputs": {n: spec.dynamic_axes[n] for n in spec.input_names},
             "outputs": spec.output_names,
             "tolerance": config.tolerance,

@@ -134,7 +134,7 @@ def build(name: str, fam: Family, stages: dict[str, Stage], chosen: list[Variant
         "versions": versions(stages),
         "weights": weights(export),
         "export": {"path": export.get("exporter"), "opset": export.get("opset"),
-                   "example_grid_thw": export.get("example_grid_thw"), "tolerance": export.get("tolerance")},
+                   "example": export.get("example"), "tolerance": export.get("tolerance")},
         "stages": [stage_record(s) for s in stages.values()],
         "variants": [variant_record(v, files, chosen[0]) for v in chosen],
         "smoke": smoke,

@@ -65,10 +65,10 @@ def test_io_contract(tiny_exports, path):
 def test_random_layouts_match_eager(tiny_exports, tiny_model, path):
     sess = session.open_session(tiny_exports[path] / "model.onnx")
     rng = np.random.default_rng(7)
-    cases = [(str(p), *layouts.random_pixels(p, 1536, rng)) for p in RANDOM_PACKS]
-    records = validate.validate(
-        lambda pv, g: sess.run(None, {"pixel_values": pv, "grid_thw": g}),
-        family.reference(tiny_model), cases, [o.name for o in sess.get_outputs()], 1e-4)
+    cases = [(str(p), dict(zip(("pixel_values", "grid_thw"), layouts.random_pixels(p, 1536, rng))))
+             for p in RANDOM_PACKS]
+    records = validate.validate(lambda feed: sess.run(None, feed), family.reference(tiny_model), cases,
+                                [o.name for o in sess.get_outputs()], 1e-4)
     failed = [(r["case"], r.get("error") or {k: v["max_abs"] for k, v in r["outputs"].items()})
               for r in records if not r["ok"]]
     assert not failed
@@ -89,13 +89,12 @@ def test_unpatched_trace_is_caught_by_validation(tiny_model, tmp_path):
     spec = family.io_spec(tiny_model)
     grid = np.array([[1, 16, 16], [1, 12, 20]])
     example = family.example_inputs(tiny_model, grid, 0)
-    onnx_io.save_proto(onnx_export.export_torchscript(Unpatched(tiny_model), example, spec, 18),
+    onnx_io.save_proto(onnx_export.export_torchscript(Unpatched(tiny_model), tuple(example.values()), spec, 18),
                            tmp_path / "model.onnx")
     sess = session.open_session(tmp_path / "model.onnx")
     cases = family.validation_cases(tiny_model, grid, 0)
-    records = validate.validate(
-        lambda pv, g: sess.run(None, {"pixel_values": pv, "grid_thw": g}),
-        family.reference(tiny_model), cases, spec.output_names, 1e-4)
+    records = validate.validate(lambda feed: sess.run(None, feed), family.reference(tiny_model), cases,
+                                spec.output_names, 1e-4)
     by_name = {r["case"]: r for r in records}
     same_n = [r for name, r in by_name.items() if name.startswith("same patch count")]
     assert any("error" not in r and not r["ok"] for r in same_n), "a same-N layout should run and be wrong"

@@ -80,3 +80,29 @@ def metadata(embed, images: list) -> dict:
         "feature_layer": config.vision_config.feature_layer,
         "out_hidden_size": config.hidden_size,
     }
+
+
+def example(config: ModelConfig, embed, items: list[str] | None) -> list:
+    """The export example: image sizes [height, width] (`--example-grid` is Qwen3-VL's; refused here)."""
+    if items:
+        from core.errors import UsageError
+
+        raise UsageError("--example-grid is a Qwen3-VL option; the Phi-4-multimodal example is a fixed set of "
+                         f"image sizes {EXAMPLE_IMAGES}")
+    return [list(x) for x in EXAMPLE_IMAGES]
+
+
+def trace_memory_bytes(embed, images: list) -> int:
+    """Rough peak bytes of exporting and validating: weights plus every crop's activations (1024 patches
+    of the vision width, MLP included, a few live copies) and its attention scores (heads x 1024²)."""
+    vision = embed.config.vision_config
+    grids = [crops.layout(h, w) for h, w in images]
+    total_crops = len(images) * max(g.crops for g in grids)
+    patches = (crops.CROP // crops.PATCH) ** 2
+    per_crop = patches * vision.intermediate_size * 4 * 4 + vision.num_attention_heads * patches * patches * 4
+    return sum(p.numel() for p in embed.parameters()) * 4 + total_crops * per_crop
+
+
+def case_facts(inputs: dict[str, np.ndarray]) -> dict:
+    return {"image_sizes": inputs["image_sizes"].tolist(),
+            "crops": int(inputs["pixel_values"].shape[0] * inputs["pixel_values"].shape[1])}

@@ -9,7 +9,10 @@ from builders.config import ModelConfig
 from builders.onnx_export import IOSpec
 from builders.qwen3_vl import layouts
 from builders.qwen3_vl.model import VisionEncoder, build_from_checkpoint, build_random, reference_outputs
+from core.errors import UsageError
 from runtime import contract
+
+NAME = "qwen3-vl"
 
 
 def build(config: ModelConfig, checkpoint: str | None, seed: int) -> tuple[torch.nn.Module, dict]:
@@ -56,21 +59,39 @@ def export_module(visual) -> torch.nn.Module:
     return VisionEncoder(visual).eval()
 
 
-def example_inputs(visual, grid_thw: np.ndarray, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random pixels for the example grid, as torch tensors (pixel_values [N, 1536], grid_thw [I, 3])."""
+def example(config: ModelConfig, visual, items: list[str] | None) -> np.ndarray:
+    """The export grid_thw int64 [I, 3]: `--example-grid T,H,W` items, else the config's."""
+    if items:
+        try:
+            grid = [[int(v) for v in item.split(",")] for item in items]
+        except ValueError:
+            raise UsageError(f"--example-grid takes T,H,W integers, got {items}") from None
+    else:
+        grid = config.example_grid_thw
+    return contract.check_grid(grid, merge_size(visual))
+
+
+def example_inputs(visual, grid_thw: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
+    """Random pixels for the example grid: {pixel_values [N, 1536], grid_thw [I, 3]} as torch tensors."""
     pixels, grid = layouts.random_pixels(grid_thw, patch_dim(visual), np.random.default_rng(seed))
-    return torch.from_numpy(pixels), torch.from_numpy(grid)
+    return {"pixel_values": torch.from_numpy(pixels), "grid_thw": torch.from_numpy(grid)}
 
 
-def validation_cases(visual, grid_thw: np.ndarray, seed: int) -> list:
+def validation_cases(visual, grid_thw: np.ndarray, seed: int) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """(name, {pixel_values, grid_thw}) of every layout of `layouts.validation_cases`."""
     c = visual.config
-    return layouts.validation_cases(grid_thw.tolist(), c.patch_size, c.spatial_merge_size,
-                                    c.temporal_patch_size, c.in_channels, seed)
+    cases = layouts.validation_cases(grid_thw.tolist(), c.patch_size, c.spatial_merge_size,
+                                     c.temporal_patch_size, c.in_channels, seed)
+    return [(name, {"pixel_values": pixels, "grid_thw": grid}) for name, pixels, grid in cases]
 
 
 def reference(visual):
-    """(pixel_values, grid_thw) -> eager outputs, numpy."""
-    return lambda pixel_values, grid_thw: reference_outputs(visual, pixel_values, grid_thw)
+    """{pixel_values, grid_thw} -> eager outputs, numpy."""
+    return lambda inputs: reference_outputs(visual, inputs["pixel_values"], inputs["grid_thw"])
+
+
+def case_facts(inputs: dict[str, np.ndarray]) -> dict:
+    return {"grid_thw": inputs["grid_thw"].tolist(), "num_patches": int(inputs["pixel_values"].shape[0])}
 
 
 def metadata(visual, grid_thw: np.ndarray) -> dict:

@@ -1,0 +1,54 @@
+"""The family protocol: what the generic export command (`builders.vision`) needs from a model family.
+
+A family is one module (e.g. `builders/qwen3_vl/family.py`) with the functions below; the registry
+`builders.vision.FAMILIES` maps a config's `family:` to it. Generic code passes inputs as
+`{name: array}` in the I/O contract's input order, never as positional model-specific tuples.
+An *example* is whatever the family exports and validates around (Qwen3-VL: a grid_thw array;
+Phi-4-multimodal: a list of image sizes); generic code only hands it back to the family.
+"""
+
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from builders.config import ModelConfig
+from builders.onnx_export import IOSpec
+
+Inputs = dict[str, np.ndarray]
+
+
+class Family(Protocol):
+    NAME: str
+
+    def build(self, config: ModelConfig, checkpoint: str | None, seed: int) -> tuple[torch.nn.Module, dict]:
+        """The eager module (random weights under `seed`, or the checkpoint's) and report facts
+        (`weights`: random | checkpoint, plus `seed` or `checkpoint`). UsageError on a bad config or checkpoint."""
+
+    def example(self, config: ModelConfig, module: torch.nn.Module, items: list[str] | None) -> Any:
+        """The export example: from `--example-grid` items when given (UsageError if the family has none
+        or they are bad), else the config's."""
+
+    def trace_memory_bytes(self, module: torch.nn.Module, example: Any) -> int:
+        """Rough peak bytes of exporting and validating at `example` (checked against free memory)."""
+
+    def io_spec(self, module: torch.nn.Module) -> IOSpec:
+        """Input and output names, symbolic dims (only where they really vary)."""
+
+    def export_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """The module the exporters trace: forward(*inputs in io_spec order) -> outputs in order."""
+
+    def example_inputs(self, module: torch.nn.Module, example: Any, seed: int) -> dict[str, torch.Tensor]:
+        """Random inputs of the example, by input name."""
+
+    def validation_cases(self, module: torch.nn.Module, example: Any, seed: int) -> list[tuple[str, Inputs]]:
+        """(case name, inputs) of every parity layout, same-size-other-layout cases included."""
+
+    def reference(self, module: torch.nn.Module):
+        """inputs -> the eager model's outputs (list of arrays, in output order)."""
+
+    def case_facts(self, inputs: Inputs) -> dict:
+        """What a report records of a case's inputs (e.g. grid_thw and num_patches)."""
+
+    def metadata(self, module: torch.nn.Module, example: Any) -> dict:
+        """ONNX metadata_props later stages read (family, export example, sizes)."""
