@@ -10,7 +10,7 @@ import torch
 
 from builders import onnx_export
 from builders.config import load_config
-from builders.phi4_mm import crops, family, layouts
+from builders.phi4_mm import crops, family, layouts, spec
 from builders.phi4_mm.model import ImageFeatures
 from core.parity import compare
 from core import onnx_io, session
@@ -35,14 +35,14 @@ def cases(tiny):
 @pytest.fixture(scope="module")
 def exports(tiny, tmp_path_factory):
     """{path: model.onnx} of the tiny embedding through both exporters."""
-    spec = family.io_spec(tiny)
+    io = family.io_spec(tiny)
     example = family.example_inputs(tiny, layouts.EXAMPLE_IMAGES, seed=0)
-    args = tuple(example[name] for name in spec.input_names)
+    args = tuple(example[name] for name in io.input_names)
     root = tmp_path_factory.mktemp("phi4")
     files = {}
     for path, export in PATHS.items():
-        model = export(family.export_module(tiny), args, spec, CONFIG.opset)
-        onnx_export.name_io_dims(model, spec)
+        model = export(family.export_module(tiny), args, io, CONFIG.opset)
+        onnx_export.name_io_dims(model, io)
         files[path] = root / f"{path}.onnx"
         onnx_io.save_proto(model, files[path])
     return files
@@ -67,7 +67,7 @@ def test_validation_covers_the_required_layouts(cases):
 def test_parity_at_every_layout(exports, cases, path):
     sess = session.open_session(exports[path])
     for name, inputs, expected in cases:
-        features = session.run(sess, inputs)[crops.OUTPUT_NAME]
+        features = session.run(sess, inputs)[spec.OUTPUT_NAME]
         metrics = compare(features, expected, CONFIG.tolerance)
         assert metrics["ok"], f"{path} {name}: {metrics}"
         assert metrics["cosine"] > 0.99999, f"{path} {name}: {metrics}"
@@ -103,19 +103,20 @@ def test_export_is_not_causal(exports, cases, tiny, path):
         (causal,) = family.reference(tiny)(inputs)
     finally:
         vision._attn_implementation = "eager"
-    features = session.run(session.open_session(exports[path]), inputs)[crops.OUTPUT_NAME]
+    features = session.run(session.open_session(exports[path]), inputs)[spec.OUTPUT_NAME]
     assert compare(features, bidirectional, CONFIG.tolerance)["ok"]
     assert not compare(features, causal, 0.1)["ok"]
 
 
-def test_patcher_restores_causal_flag(tiny):
-    attentions = [m for m in tiny.modules() if hasattr(m, "is_causal")]
-    assert attentions and all(m.is_causal for m in attentions)  # transformers' setting, untouched
+def test_patcher_restores_the_attention(tiny):
+    from transformers.models.phi4_multimodal import modeling_phi4_multimodal as phi4
+
+    original = phi4.Phi4MultimodalVisionAttention.forward
     inputs = family.example_inputs(tiny, [[448, 448]], seed=0)
     with torch.no_grad():
         ImageFeatures(tiny)(**inputs)
-    assert all(m.is_causal for m in attentions)
-    assert tiny.config.vision_config._attn_implementation == "eager"
+    assert phi4.Phi4MultimodalVisionAttention.forward is original
+    assert all(m.is_causal for m in tiny.modules() if isinstance(m, phi4.Phi4MultimodalVisionAttention))
 
 
 def test_checkpoint_round_trip(tiny, tmp_path):

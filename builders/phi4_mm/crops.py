@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from builders.phi4_mm.spec import INPUT_NAMES
 from core.errors import UsageError
 from runtime.preprocess import phi4_mm as preprocess
 
@@ -35,9 +36,6 @@ PATCH = preprocess.DEFAULTS["patch_size"]  # 14, patch side in pixels
 MASK = CROP // PATCH  # 32 mask entries per crop side
 POOLED = (MASK + 1) // 2  # 16 tokens per crop side after AvgPool 2
 DYNAMIC_HD = preprocess.DEFAULTS["dynamic_hd"]  # 36, the processor's default maximum of HD crops
-INPUT_NAMES = ("pixel_values", "image_attention_mask", "image_sizes")
-OUTPUT_NAME = "image_features"
-DIM_IMAGES, DIM_CROPS, DIM_TOKENS = "num_images", "max_num_crops", "num_image_tokens"
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ import torch
 
 from builders.config import ModelConfig
 from builders.onnx_export import IOSpec
-from builders.phi4_mm import crops, layouts
+from builders.phi4_mm import crops, layouts, spec
 from builders.phi4_mm.model import ImageFeatures, build_from_checkpoint, build_random, reference_outputs
 
 NAME = "phi-4-mm"
-INPUT_NAMES = list(crops.INPUT_NAMES)
-OUTPUT_NAMES = [crops.OUTPUT_NAME]
+INPUT_NAMES = list(spec.INPUT_NAMES)
+OUTPUT_NAMES = [spec.OUTPUT_NAME]
+OPTIMIZE_PASSES = spec.OPTIMIZE_PASSES
 # Two images with different crop grids (a one-image or one-crop example lets torch.export specialise).
 EXAMPLE_IMAGES = layouts.EXAMPLE_IMAGES
 
@@ -33,11 +34,7 @@ def build(config: ModelConfig, checkpoint: str | None, seed: int) -> tuple[torch
 
 def io_spec(embed=None) -> IOSpec:
     """Names and symbolic dims: only the image count, the crop count and the token count vary."""
-    images = {0: crops.DIM_IMAGES}
-    both = {0: crops.DIM_IMAGES, 1: crops.DIM_CROPS}
-    axes = {"pixel_values": both, "image_attention_mask": both, "image_sizes": images,
-            crops.OUTPUT_NAME: {0: crops.DIM_TOKENS}}
-    return IOSpec(INPUT_NAMES, OUTPUT_NAMES, axes)
+    return IOSpec(INPUT_NAMES, OUTPUT_NAMES, {name: dict(axes) for name, axes in spec.DYNAMIC_AXES.items()})
 
 
 def export_module(embed) -> torch.nn.Module:
@@ -79,6 +76,9 @@ def metadata(embed, images: list) -> dict:
         "patch_size": crops.PATCH,
         "feature_layer": config.vision_config.feature_layer,
         "out_hidden_size": config.hidden_size,
+        spec.METADATA_HEADS: config.vision_config.num_attention_heads,
+        spec.METADATA_WIDTH: config.vision_config.hidden_size,
+        "optimize_passes": json.dumps(list(spec.OPTIMIZE_PASSES)),
     }
 
 

@@ -15,7 +15,7 @@ from builders import checkpoint as ckpt
 from builders.config import ModelConfig
 from builders.phi4_mm import crops
 from builders.phi4_mm.hd_merge import patch_position_ids, token_sources
-from builders.phi4_mm.patcher import bidirectional_eager_attention
+from builders.phi4_mm.patcher import bidirectional_attention
 from core.errors import UsageError
 
 # Where the image embedding lives in a Phi4MultimodalForCausalLM state dict.
@@ -91,6 +91,17 @@ def feature_depth(embed: Phi4MultimodalImageEmbedding) -> int:
     return embed.layer_idx if embed.layer_idx >= 0 else layers + 1 + embed.layer_idx
 
 
+def key_padding_bias(keys: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool [B, S] (True = real patch) -> additive bias [B, 1, 1, S]: 0 on real patches, the dtype's
+    lowest value on padded ones (as the eager bidirectional mask).
+
+    Written as BERT's extended mask, (1 - mask[:, None, None, :]) * lowest, which ONNX Runtime's
+    Attention fusion recognises and keeps as the fused op's mask input (AttentionMaskFormat.AttentionMask).
+    """
+    extended = keys.unsqueeze(1).unsqueeze(2).to(dtype)
+    return (1.0 - extended) * torch.finfo(dtype).min
+
+
 class ImageFeatures(torch.nn.Module):
     """The export graph: (pixel_values [I, C, 3, 448, 448], image_attention_mask [I, C, 32, 32],
     image_sizes int64 [I, 2]) -> image_features [num_image_tokens, out_hidden].
@@ -117,10 +128,8 @@ class ImageFeatures(torch.nn.Module):
         count = mask.shape[0]
         hidden = vision.embeddings.patch_embedding(pixels).flatten(2).transpose(1, 2)  # [B, S, D]
         hidden = hidden + vision.embeddings.position_embedding(patch_position_ids(mask, self.boundaries, self.per_side))
-        # Additive key mask [B, 1, 1, S]: padded patches take no attention (as the eager bidirectional mask).
-        bias = torch.zeros_like(mask, dtype=hidden.dtype).masked_fill(~mask, torch.finfo(hidden.dtype).min)
-        bias = bias.reshape(count, 1, 1, -1)
-        with bidirectional_eager_attention(vision):
+        bias = key_padding_bias(mask.reshape(count, -1), hidden.dtype)  # [B, 1, 1, S]
+        with bidirectional_attention():
             for layer in vision.encoder.layers[: self.depth]:
                 hidden = layer(hidden, bias)
         pooled = self.pool(hidden)  # [B * side * side, D]

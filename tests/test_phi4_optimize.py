@@ -1,0 +1,100 @@
+"""Phi-4-multimodal through the optimize passes its family declares: ONNX Runtime fuses the vision
+attention into `Attention` WITH the key-padding mask, so padded patches stay masked. Fails if a
+fusion drops the mask (ORT's `vit` default does: shown as a control)."""
+
+import dataclasses
+import logging
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from onnxruntime.transformers.fusion_options import FusionOptions
+from onnxruntime.transformers.optimizer import optimize_model
+
+from builders import onnx_export
+from builders.config import load_config
+from builders.phi4_mm import family, layouts, spec
+from core import onnx_io, session
+from core.parity import compare
+from quantize.passes import gemm_to_matmul, ort_transformer
+
+TINY = load_config("phi-4-mm-tiny")
+# Two encoder layers run (of 3; features from the second-last): ORT's fusion skips the first layer,
+# whose residual is the embedding sum, so the second one is the layer that must fuse.
+CONFIG = dataclasses.replace(TINY, vision={**TINY.vision, "num_hidden_layers": 3})
+PADDED = ["export example", "padded patch rows", "padded patch columns"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(metadata, exported ir.Model, [(name, inputs, eager features)] at padded layouts)."""
+    embed = family.build(CONFIG, None, seed=0)[0]
+    io = family.io_spec(embed)
+    example = family.example_inputs(embed, layouts.EXAMPLE_IMAGES, seed=0)
+    proto = onnx_export.export_torchscript(family.export_module(embed), tuple(example[n] for n in io.input_names),
+                                           io, CONFIG.opset)
+    onnx_export.name_io_dims(proto, io)
+    path = tmp_path_factory.mktemp("phi4opt") / "model.onnx"
+    onnx_io.save_proto(proto, path)
+    reference = family.reference(embed)
+    cases = [(name, inputs, reference(inputs)[0])
+             for name, inputs in family.validation_cases(embed, layouts.EXAMPLE_IMAGES, seed=0)
+             if any(name.startswith(p) for p in PADDED)]
+    assert len(cases) == len(PADDED) and all((c[1]["image_attention_mask"] == 0).any() for c in cases)
+    return family.metadata(embed, layouts.EXAMPLE_IMAGES), path, cases
+
+
+def _declared_passes(path, metadata) -> tuple[ir.Model, dict]:
+    """The family's OPTIMIZE_PASSES (gemm, then ORT with the mask kept) on the exported model."""
+    assert spec.OPTIMIZE_PASSES == ("gemm", "ort")
+    model = onnx_io.load(path, in_memory=True)
+    gemm_to_matmul.apply(model)
+    return ort_transformer.apply(model, num_heads=int(metadata[spec.METADATA_HEADS]),
+                                 hidden_size=int(metadata[spec.METADATA_WIDTH]))
+
+
+def _features(sess, inputs) -> np.ndarray:
+    return session.run(sess, inputs)[spec.OUTPUT_NAME]
+
+
+def _mask_sources(model: ir.Model) -> list[str]:
+    """For every fused Attention: the graph input its mask_index (input 3) is computed from, or ''."""
+    sources = []
+    for node in model.graph:
+        if node.op_type != "Attention":
+            continue
+        value = node.inputs[3] if len(node.inputs) > 3 else None
+        while value is not None and value.producer() is not None:
+            value = value.producer().inputs[0]
+        sources.append(value.name if value is not None else "")
+    return sources
+
+
+def test_attention_is_fused_with_the_mask(built):
+    metadata, path, cases = built
+    model, stats = _declared_passes(path, metadata)
+    assert stats.get("Attention", 0) >= 1, stats
+    assert _mask_sources(model) == ["image_attention_mask"] * stats["Attention"]
+    sess = session.open_session(model)
+    for name, inputs, expected in cases:
+        metrics = compare(_features(sess, inputs), expected, CONFIG.tolerance)
+        assert metrics["ok"], f"{name}: {metrics}"
+
+
+def test_a_fusion_that_drops_the_mask_is_caught(built):
+    """Control: ORT's `vit` default (AttentionMaskFormat.NoMask) fuses the same attention without its
+    mask; the parity check above then fails at every padded layout."""
+    metadata, path, cases = built
+    model = onnx_io.load(path, in_memory=True)
+    gemm_to_matmul.apply(model)
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    optimized = optimize_model(onnx_io.to_proto(model), model_type="vit",
+                               num_heads=int(metadata[spec.METADATA_HEADS]),
+                               hidden_size=int(metadata[spec.METADATA_WIDTH]),
+                               optimization_options=FusionOptions("vit"), opt_level=0)
+    dropped = ir.serde.deserialize_model(optimized.model)
+    assert optimized.get_fused_operator_statistics()["Attention"] >= 1
+    assert set(_mask_sources(dropped)) == {""}
+    sess = session.open_session(dropped)
+    for name, inputs, expected in cases:
+        assert not compare(_features(sess, inputs), expected, CONFIG.tolerance)["ok"], name
