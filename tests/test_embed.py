@@ -31,7 +31,7 @@ from runtime import contract
 from runtime.preprocess import phi4_mm
 from tests.conftest import single_error
 from tests.test_preprocess_phi4_mm import transformers_processor  # noqa: F401 -- a fixture
-from tests.test_preprocess_qwen3_vl import _pixels, reference_image, write_images
+from tests.test_preprocess_qwen3_vl import _pixels, reference_image, shared_images
 from tests.test_preprocess_qwen3_vl_video import reference as video_reference
 from tests.test_preprocess_qwen3_vl_video import (
     transformers_video_processor,  # noqa: F401 -- a fixture
@@ -45,7 +45,7 @@ PACK = ["astronaut", "coffee", "camera", "37x53", "512x384", "rgba", "exif_jpeg"
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> dict[str, Path]:
-    return write_images(tmp_path_factory.mktemp("photos"))
+    return shared_images(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -33,9 +33,10 @@ PHOTOS = ["astronaut", "coffee", "camera"]
 def _pixels(height: int, width: int, seed: int) -> np.ndarray:
     """Smooth gradients plus noise, uint8 [H, W, 3]: resampling errors show up in both."""
     rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([x * 255 / max(width - 1, 1), y * 255 / max(height - 1, 1), (x + y) % 256], axis=-1)
-    return np.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(np.uint8)
+    y = np.arange(height, dtype=np.int16)[:, None] * 255 // max(height - 1, 1)
+    x = np.arange(width, dtype=np.int16)[None, :] * 255 // max(width - 1, 1)
+    base = np.stack(np.broadcast_arrays(x, y, (x + y) % 256), axis=-1)
+    return np.clip(base + rng.integers(-40, 41, base.shape, dtype=np.int16), 0, 255).astype(np.uint8)
 
 
 def write_images(folder: Path) -> dict[str, Path]:
@@ -73,9 +74,19 @@ def reference_image(path: Path) -> Image.Image:
     return ImageOps.exif_transpose(Image.open(path))
 
 
+def shared_images(tmp_path_factory) -> dict[str, Path]:
+    """`write_images` once per test session (every preprocessing and embed test reads the same files)."""
+    folder = tmp_path_factory.getbasetemp() / "test-images"
+    done = folder / ".complete"
+    if not done.exists():
+        paths = write_images(folder)
+        done.write_text("\n".join(f"{k}={v.name}" for k, v in paths.items()))
+    return {k: folder / v for k, v in (line.split("=") for line in done.read_text().splitlines())}
+
+
 @pytest.fixture(scope="module")
 def test_images(tmp_path_factory) -> dict[str, Path]:
-    return write_images(tmp_path_factory.mktemp("images"))
+    return shared_images(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
