@@ -18,12 +18,11 @@ import torch
 import transformers
 
 from builders import onnx_export, validate
-from core import onnx_io
 from builders.config import load_config
 from builders.phi4_mm import family as phi4_mm
 from builders.qwen3_vl import family as qwen3_vl
+from core import onnx_io, session
 from core import report as reports
-from core import session
 from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.progress import say, step
 from core.staging import check_folder_output, keep_rejected, staged_folder

@@ -18,7 +18,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 from core import onnx_io
 from core.errors import UsageError
 
-ort.set_default_logger_severity(3)  # errors reach the user through exceptions, not ORT's log
+ort.set_default_logger_severity(4)  # errors reach the user through exceptions, not ORT's log
 
 #: What ORT raises when a model fails to load or run (its own types do not derive from RuntimeError).
 ORT_ERRORS = (RuntimeError, ValueError) + tuple(
@@ -40,33 +40,17 @@ def ort_error_line(exc: BaseException) -> str:
     message = re.split(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", text)[-1]
     message = re.sub(r"^Non-zero status code returned while running \S+ node\. Name:'[^']*' Status Message: ", "",
                      message)
-    message = _strip_source_location(message)
+    message = re.sub(r"Load model from \S+ failed: ?", "", message)  # a temp path hides nothing useful
+    message = re.sub(r"/onnxruntime_src/\S+:\d+ (?:[\w:~<>,*& ]+\([^()]*\) ?)?", "", message)  # source + signature
     prefix = ""
     if where:
         prefix = f"{where.group(1)} node '{where.group(2)}': " if where.group(2) else f"{where.group(1)} node: "
     return prefix + message
 
 
-def _strip_source_location(message: str) -> str:
-    """Drop a leading '/onnxruntime_src/file.cc:N [function(signature)] ' from an ORT message."""
-    match = re.match(r"^/onnxruntime_src/\S+:\d+ ", message)
-    if not match:
-        return message
-    rest = message[match.end():]
-    function = re.match(r"^[\w:~<>,* &]+\(", rest)
-    if function:  # skip the signature up to its matching parenthesis
-        depth = 0
-        for i, char in enumerate(rest):
-            depth += char == "("
-            depth -= char == ")"
-            if depth == 0 and char == ")":
-                return rest[i + 1:].lstrip(" :")
-    return rest
-
-
 def _options(threads: int | None) -> ort.SessionOptions:
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4
     if threads:
         options.intra_op_num_threads = threads
     return options

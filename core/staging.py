@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Self
 
 from core.errors import UsageError
 
@@ -214,7 +215,7 @@ class StagedFile:
         self.dir = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
         self.model_path = self.dir / self.out.name
 
-    def __enter__(self) -> StagedFile:
+    def __enter__(self) -> Self:
         return self
 
     def commit(self, report: dict) -> None:

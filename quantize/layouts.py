@@ -10,11 +10,10 @@ When no report in the chain has it, `default_layouts` recomputes an equivalent l
 import json
 from pathlib import Path
 
-from core import report as reports
-from core.errors import UsageError
-
 import numpy as np
 
+from core import report as reports
+from core.errors import UsageError
 from runtime.layouts import (
     SMOKE_SIZES,
     SYNTHETIC_PACKS,

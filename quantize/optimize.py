@@ -20,6 +20,7 @@ import onnxscript.optimizer
 from core import onnx_io
 from core import report as reports
 from core.errors import CheckFailed
+from core.progress import say, step
 from core.staging import check_folder_output, staged_folder
 from quantize import parity, stage
 from quantize.passes import (
@@ -29,7 +30,6 @@ from quantize.passes import (
     skip_layer_norm,
     static_dims,
 )
-from core.progress import say, step
 
 
 def _ort(model: ir.Model) -> tuple[ir.Model, dict]:

@@ -7,9 +7,8 @@ max abs diff <= tolerance * max(1, max |reference|) (the export stage's rule).
 import numpy as np
 import onnxruntime as ort
 
-from quantize import layouts as layouts_mod
 from core import parity
-from core.session import open_session
+from quantize import layouts as layouts_mod
 
 SEED = 0
 

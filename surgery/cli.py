@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import sys
 import time
 from pathlib import Path
 
+from core.errors import Parser, UsageError, main_wrapper
+from core.onnx_io import copy_model, has_external_data, load, model_path, save
+from core.staging import StagedFile, check_file_output, check_folder_output
 from surgery import audit as audit_mod
 from surgery import debake as debake_mod
 from surgery import doctor as doctor_mod
@@ -22,9 +23,6 @@ from surgery import fix_dims as fix_dims_mod
 from surgery import freeze as freeze_mod
 from surgery import set_batch as set_batch_mod
 from surgery.grid import resolve_grid
-from core.errors import CheckFailed, Parser, UsageError, main_wrapper
-from core.onnx_io import copy_model, has_external_data, load, model_path, save
-from core.staging import StagedFile, check_file_output, check_folder_output
 from surgery.probe import declared, neutral, probe_feeds
 from surgery.probe_sizes import guess_shapes, other_sizes
 from surgery.run import fmt_dims, log, parse_named_shapes, timed, try_run

@@ -6,7 +6,6 @@ without having run it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -58,20 +57,12 @@ def try_run(src, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray] | 
     except ORT_ERRORS as exc:
         return None, one_line(exc)
     except UsageError as exc:  # ORT refused to load it
-        return None, _tidy(str(exc))
+        return None, str(exc)
 
 
 def one_line(exc: BaseException) -> str:
-    """The useful part of an ORT error on one line: the failing node and the message (never cut)."""
-    return _tidy(ort_error_line(exc))
-
-
-def _tidy(text: str) -> str:
-    """Drop what hides the cause: the temporary file's path and ORT's source location + C++ signature
-    ('Load model from /tmp/x/model.onnx failed:/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...)
-    Unsupported model IR version: 14, max supported IR version: 13' -> 'Unsupported model IR version: 14, ...')."""
-    text = re.sub(r"Load model from \S+ failed: ?", "", text)
-    return re.sub(r"/onnxruntime_src/\S+:\d+ (?:[\w:~<>,*& ]+\([^()]*\) ?)?", "", text)
+    """The useful part of an ORT error on one line (see core.session.ort_error_line)."""
+    return ort_error_line(exc)
 
 
 def random_array(elem_type: int, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
