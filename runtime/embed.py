@@ -232,5 +232,6 @@ def run(args) -> int:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
     result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force)
     entries = [str(e) for e in result["entries"]]
-    print(f"wrote {args.out}: {len(entries)} entries ({', '.join(entries[:4])}{', ...' if len(entries) > 4 else ''})")
+    listed = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+    print(f"wrote {args.out}: {len(entries)} {'entry' if len(entries) == 1 else 'entries'} ({listed})")
     return 0
