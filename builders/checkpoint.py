@@ -102,7 +102,7 @@ def load_into(module: torch.nn.Module, state: dict, folder: Path) -> None:
     missing, unexpected = module.load_state_dict(state, strict=False)
     if missing:
         raise UsageError(
-            f"checkpoint {folder} lacks {len(missing)} vision weights (e.g. {missing[0]!r}); is it a Qwen3-VL checkpoint?"
+            f"checkpoint {folder} lacks {len(missing)} vision weights (e.g. {missing[0]!r}); is it a checkpoint of this model?"
         )
     if unexpected:
         raise UsageError(f"checkpoint {folder} has {len(unexpected)} unexpected vision weights (e.g. {unexpected[0]!r})")

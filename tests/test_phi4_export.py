@@ -13,6 +13,7 @@ from builders.config import load_config
 from builders.phi4_mm import crops, family, layouts, spec
 from builders.phi4_mm.model import ImageFeatures
 from core.parity import compare
+from tests.conftest import single_error
 from core import onnx_io, session
 
 PATHS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
@@ -157,3 +158,45 @@ def test_metadata_names_the_example(tiny):
     assert meta["export_num_crops"] == example["pixel_values"].shape[1]
     with torch.no_grad():
         assert meta["export_num_tokens"] == family.export_module(tiny)(**example).shape[0]
+
+
+def _command(argv, capsys) -> tuple[int, str]:
+    from builders import vision
+
+    code = vision.main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_checkpoint_without_image_embedding_is_refused(tmp_path, capsys):
+    """A Phi-4 checkpoint whose safetensors hold no image-embedding weight: one error line, exit 2, no OUT."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "phi4_multimodal"}))
+    save_file({"model.embed_tokens.weight": torch.zeros(4, 4)}, str(folder / "model.safetensors"))
+    out = tmp_path / "out"
+    code, err = _command(["--model", "phi-4-mm-tiny", "--checkpoint", str(folder), "--out", str(out)], capsys)
+    assert code == 2
+    line = single_error(err)
+    assert "holds no vision weights" in line and "model.embed_tokens_extend.image_embed." in line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+@pytest.mark.parametrize("vision, message", [
+    ({"image_size": 896}, "must be 448, 448, 14"),
+    ({"num_attention_heads": 5}, "not a multiple of num_attention_heads"),
+    ({"feature_layer": 7}, "feature_layer 7 is not a hidden state"),
+    ({"hidden_size": "wide"}, "vision.hidden_size must be an integer"),
+    ({"depth": 3}, "unknown vision config key 'depth'"),
+])
+def test_bad_config_is_refused(tmp_path, capsys, vision, message):
+    import yaml
+
+    raw = yaml.safe_load(open(CONFIG.path))
+    raw["vision"].update(vision)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    code, err = _command(["--config", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and message in single_error(err)
+    assert not (tmp_path / "out").exists()

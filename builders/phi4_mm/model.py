@@ -1,6 +1,5 @@
 """Build the Phi-4-multimodal image embedding (random weights or a checkpoint) and its export wrapper."""
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ from transformers.models.phi4_multimodal.configuration_phi4_multimodal import (
 from transformers.models.phi4_multimodal.modeling_phi4_multimodal import Phi4MultimodalImageEmbedding
 
 from builders import checkpoint as ckpt
-from builders.config import ModelConfig
+from builders.config import ModelConfig, check_values
 from builders.phi4_mm import crops
 from builders.phi4_mm.hd_merge import patch_position_ids, token_sources
 from builders.phi4_mm.patcher import bidirectional_attention
@@ -25,26 +24,36 @@ OUT_HIDDEN = "out_hidden_size"
 VISION_KEYS = set(Phi4MultimodalVisionConfig.__annotations__) | {OUT_HIDDEN}
 
 
-def embedding_config(values: dict) -> Phi4MultimodalConfig:
-    """Phi4MultimodalConfig from a config file's `vision` mapping, rejecting unknown keys."""
+def embedding_config(values: dict, where: str | Path = "") -> Phi4MultimodalConfig:
+    """Phi4MultimodalConfig from a config file's `vision` mapping, rejecting unknown keys and bad values."""
     unknown = sorted(set(values) - VISION_KEYS)
     if unknown:
-        raise UsageError(f"unknown vision config key {unknown[0]!r}; allowed: {', '.join(sorted(VISION_KEYS))}")
+        raise UsageError(f"config {where}: unknown vision config key {unknown[0]!r}; "
+                         f"allowed: {', '.join(sorted(VISION_KEYS))}")
+    check_values(values, {**Phi4MultimodalVisionConfig().to_dict(), OUT_HIDDEN: 3072}, where)
     vision = {k: v for k, v in values.items() if k != OUT_HIDDEN}
     try:
         config = Phi4MultimodalConfig(vision_config=vision, **({"hidden_size": values[OUT_HIDDEN]}
                                                                if OUT_HIDDEN in values else {}))
     except (TypeError, ValueError) as err:
-        raise UsageError(f"bad vision config: {str(err).splitlines()[0]}") from None
-    return _checked(config)
+        raise UsageError(f"config {where}: bad vision config: {str(err).splitlines()[0]}") from None
+    return _checked(config, where)
 
 
-def _checked(config: Phi4MultimodalConfig) -> Phi4MultimodalConfig:
-    """The I/O contract fixes the crop geometry (448-pixel crops of 32 x 32 patches); eager attention."""
+def _checked(config: Phi4MultimodalConfig, where: str | Path) -> Phi4MultimodalConfig:
+    """The I/O contract fixes the crop geometry (448-pixel crops of 32 x 32 patches); the widths and the
+    feature layer must fit; the reference runs eager attention."""
     v = config.vision_config
     if (v.image_size, v.crop_size, v.patch_size) != (crops.CROP, crops.CROP, crops.PATCH):
-        raise UsageError(f"image_size, crop_size, patch_size must be {crops.CROP}, {crops.CROP}, {crops.PATCH} "
-                         f"(the processor's crop geometry), got {v.image_size}, {v.crop_size}, {v.patch_size}")
+        raise UsageError(f"config {where}: image_size, crop_size, patch_size must be {crops.CROP}, {crops.CROP}, "
+                         f"{crops.PATCH} (the processor's crop geometry), got {v.image_size}, {v.crop_size}, "
+                         f"{v.patch_size}")
+    if v.hidden_size % v.num_attention_heads:
+        raise UsageError(f"config {where}: hidden_size {v.hidden_size} is not a multiple of "
+                         f"num_attention_heads {v.num_attention_heads}")
+    if not -v.num_hidden_layers - 1 <= v.feature_layer <= v.num_hidden_layers:
+        raise UsageError(f"config {where}: feature_layer {v.feature_layer} is not a hidden state of "
+                         f"{v.num_hidden_layers} layers (-{v.num_hidden_layers + 1}..{v.num_hidden_layers})")
     v._attn_implementation = "eager"  # the reference: eager attention (sdpa would run causal, see patcher)
     return config
 
@@ -56,7 +65,7 @@ def build_random(config: ModelConfig, seed: int) -> Phi4MultimodalImageEmbedding
     drawn from normal(0, 1) here.
     """
     torch.manual_seed(seed)
-    embed = Phi4MultimodalImageEmbedding(embedding_config(config.vision)).float().eval()
+    embed = Phi4MultimodalImageEmbedding(embedding_config(config.vision, config.path)).float().eval()
     with torch.no_grad():
         embed.sub_img_feature_extensor.normal_()
         embed.global_img_feature_extensor.normal_()
@@ -69,14 +78,17 @@ def build_from_checkpoint(checkpoint: str) -> tuple[Phi4MultimodalImageEmbedding
     config_path = folder / "config.json"
     if not config_path.exists():
         raise UsageError(f"checkpoint folder {folder} has no config.json")
-    raw = json.loads(config_path.read_text())
+    raw = ckpt.read_config_json(config_path)
     if raw.get("model_type") != "phi4_multimodal":
         raise UsageError(f"checkpoint {folder}: config.json has model_type {raw.get('model_type')!r}, "
                          "not 'phi4_multimodal'")
+    if isinstance(raw.get("vision_config"), dict):
+        check_values(raw["vision_config"], Phi4MultimodalVisionConfig().to_dict(), config_path, "vision_config.")
     try:
-        config = _checked(Phi4MultimodalConfig.from_dict(raw))
+        config = Phi4MultimodalConfig.from_dict(raw)
     except (TypeError, ValueError) as err:
         raise UsageError(f"checkpoint {folder}: bad config.json: {str(err).splitlines()[0]}") from None
+    config = _checked(config, config_path)
     state, _ = ckpt.load_prefixed_state_dict(folder, IMAGE_EMBED_PREFIXES)
     with torch.device("meta"):
         embed = Phi4MultimodalImageEmbedding(config)
