@@ -9,12 +9,10 @@ import contextlib
 import io
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import onnx
 import onnx.inliner
 import torch
-
 
 
 @dataclass
@@ -79,6 +77,9 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     needed = {o.domain: o.version for f in model.functions for o in f.opset_import}
     own = {f.domain for f in model.functions}
     model = onnx.inliner.inline_local_functions(model)
+    if model.functions:
+        raise ValueError(f"could not inline the model-local functions {[f.name for f in model.functions]} "
+                         "(their opset imports differ from the model's)")
     imports = {o.domain: o.version for o in model.opset_import if o.domain not in own}
     del model.opset_import[:]
     model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in {**needed, **imports}.items() if d not in own)

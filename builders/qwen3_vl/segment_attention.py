@@ -89,10 +89,26 @@ def _(query, key, value, grid_thw, num_heads, scale):
     return torch.empty_like(query)
 
 
+class _AtOpset:
+    """SEGMENT_ATTENTION as TorchScript's `onnxscript_op` takes it, its body at the export's opset (a
+    model-local function is inlined only when its imports match the model's; the ops it uses mean the
+    same from opset 17 to 23)."""
+
+    def __init__(self, opset: int):
+        self.opset, self.name, self.version = SEGMENT_ATTENTION.opset, SEGMENT_ATTENTION.name, opset
+
+    def to_function_proto(self):
+        proto = SEGMENT_ATTENTION.to_function_proto()
+        for entry in proto.opset_import:
+            if entry.domain == "":
+                entry.version = self.version
+        return proto
+
+
 def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale):
     from torch.onnx import symbolic_helper
 
-    out = g.onnxscript_op(SEGMENT_ATTENTION, query, key, value, grid_thw,
+    out = g.onnxscript_op(_AtOpset(g.opset), query, key, value, grid_thw,
                           num_heads_i=symbolic_helper._get_const(num_heads, "i", "num_heads"),
                           scale_f=symbolic_helper._get_const(scale, "f", "scale"))
     return out.setType(query.type())
