@@ -2,6 +2,7 @@
 processor's layouts, the attention trap, and a checkpoint round trip (tiny config)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -12,9 +13,9 @@ from builders import onnx_export
 from builders.config import load_config
 from builders.phi4_mm import crops, family, layouts, spec
 from builders.phi4_mm.model import ImageFeatures
+from core import onnx_io, session
 from core.parity import compare
 from tests.conftest import single_error
-from core import onnx_io, session
 
 PATHS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
 CONFIG = load_config("phi-4-mm-tiny")
@@ -96,7 +97,7 @@ def test_io_contract(exports, tiny, path):
 def test_export_is_not_causal(exports, cases, tiny, path):
     """transformers' vision attention says is_causal=True: with sdpa and no padded patch the eager model
     runs causal. The export matches the bidirectional (eager attention) model, far from the causal one."""
-    name, inputs, bidirectional = next(c for c in cases if c[0] == "one crop 448x448")
+    _, inputs, bidirectional = next(c for c in cases if c[0] == "one crop 448x448")
     assert not (inputs["image_attention_mask"] == 0).any()
     vision = tiny.config.vision_config
     vision._attn_implementation = "sdpa"
@@ -193,7 +194,7 @@ def test_checkpoint_without_image_embedding_is_refused(tmp_path, capsys):
 def test_bad_config_is_refused(tmp_path, capsys, vision, message):
     import yaml
 
-    raw = yaml.safe_load(open(CONFIG.path))
+    raw = yaml.safe_load(Path(CONFIG.path).read_text())
     raw["vision"].update(vision)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))
