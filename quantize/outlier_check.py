@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -128,30 +129,45 @@ def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[st
     return k, [{"excluded": n, "min_token_cosine": c} for n, c in sorted(trials.items())]
 
 
-def run(fp32_file: Path, quantize: Quantizer, skip: list[str], layouts: list[dict], inputs: list[dict],
+@dataclass
+class Stressed:
+    """The outlier-stress copy of a stage input: its file, `outliers.stress`'s record, its fp32 outputs."""
+
+    path: Path
+    record: dict
+    reference: list[list[np.ndarray]]
+
+
+def prepare(fp32_file: Path, dst: Path, inputs: list[dict], threads: int, timings: dict) -> Stressed:
+    """Write the stressed copy of `fp32_file` to `dst` and run it at every layout (the check's reference)."""
+    with step("outlier stress: scale residual channels of a copy of the input", timings):
+        record = make_stressed(fp32_file, dst)
+    with step("outlier stress: fp32 outputs at the validation layouts", timings):
+        reference = parity.run_all(open_session(dst, threads), inputs)
+    return Stressed(dst, record, reference)
+
+
+def run(stressed: Stressed, quantize: Quantizer, skip: list[str], layouts: list[dict], inputs: list[dict],
         mode: str, target: float, threads: int, timings: dict) -> dict:
     """The check's report section; its `excluded` lists the MatMuls to leave fp32 in the real model."""
-    with tempfile.TemporaryDirectory(prefix="outlier-stress-", dir=fp32_file.parent) as tmp:
+    record, reference = stressed.record, stressed.reference
+    with tempfile.TemporaryDirectory(prefix="outlier-stress-", dir=stressed.path.parent) as tmp:
         work = Path(tmp)
-        stressed = work / "stressed.onnx"
-        with step("outlier stress: scale residual channels of a copy of the input", timings):
-            record = make_stressed(fp32_file, stressed)
-        with step("outlier stress: fp32 outputs at the validation layouts", timings):
-            reference = parity.run_all(open_session(stressed, threads), inputs)
         probe = probe_index(layouts)
         ranked: list[dict] = []
         excluded: list[str] = []
         trials: list[dict] = []
         if mode == "exclude":
             with step("outlier stress: sensitivity of each MatMul alone", timings):
-                ranked = sensitivity(stressed, quantize, inputs[probe], work, threads)
+                ranked = sensitivity(stressed.path, quantize, inputs[probe], work, threads)
+            candidates = [r["node"] for r in ranked if r["node"] not in skip]
             with step(f"outlier stress: MatMuls to keep fp32 for min per-token cosine >= {target}", timings):
-                k, trials = search(stressed, quantize, [r["node"] for r in ranked if r["node"] not in skip], skip,
-                                   inputs[probe], reference[probe], target, work, threads)
-                excluded = [r["node"] for r in ranked if r["node"] not in skip][:k]
+                k, trials = search(stressed.path, quantize, candidates, skip, inputs[probe], reference[probe],
+                                   target, work, threads)
+            excluded = candidates[:k]
         with step("outlier stress: quantized vs fp32 at the validation layouts", timings):
             final = work / "final.onnx"
-            quantize(stressed, final, skip + excluded)
+            quantize(stressed.path, final, skip + excluded)
             cases = parity.check(open_session(final, threads), layouts, inputs, reference, tolerance=None)
     worst = metrics.worst(cases)
     return {

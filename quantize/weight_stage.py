@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from core import onnx_io
@@ -23,15 +24,66 @@ from core.staging import check_folder_output, staged_folder
 from quantize import outlier_check, parity, quantizers, stage
 
 
-def excluded(nodes: list[tuple], patterns: list[str]) -> list[str]:
-    """Names of the nodes whose name or weight name matches (re.search) one of `patterns`."""
+def excluded(nodes: list[tuple[str, str]], patterns: list[str]) -> list[str]:
+    """Names of the (node name, weight name) pairs where either matches (re.search) one of `patterns`."""
     compiled = []
     for p in patterns:
         try:
             compiled.append(re.compile(p))
         except re.error as err:
             raise UsageError(f"--exclude {p!r} is not a valid regular expression: {err}") from None
-    return [n.name for n, w in nodes if any(c.search(n.name) or c.search(w) for c in compiled)]
+    return [n for n, w in nodes if any(c.search(n) or c.search(w) for c in compiled)]
+
+
+@dataclass
+class Prepared:
+    """A stage input ready for quantizing: its fp32 outputs at every layout, a copy with every node named
+    (exclusions go by name), its quantizable MatMuls, and (when asked) its outlier-stress copy."""
+
+    source: stage.StageInput
+    fp32_file: Path
+    nodes: list[tuple[str, str]]
+    stressed: outlier_check.Stressed | None
+    folder: tempfile.TemporaryDirectory
+
+
+#: bench.sweep turns this on: the stages it runs one after the other on the same input then reuse the
+#: input's reference outputs and outlier-stress copy instead of recomputing them for every point.
+KEEP_PREPARED = False
+_prepared: dict[tuple, Prepared] = {}
+
+
+def _key(path: str | Path, threads: int) -> tuple:
+    model_file = onnx_io.model_path(path).resolve()
+    files = [model_file, model_file.with_name(model_file.name + ".data")]
+    return str(model_file), threads, tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists())
+
+
+def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, timings: dict) -> Prepared:
+    """Load IN, run it at every layout, save its named copy (and its stressed copy when `stress`)."""
+    key = _key(path, threads)
+    found = _prepared.get(key) if KEEP_PREPARED else None
+    if found is None:
+        with step("load the input and run it at the validation layouts", timings):
+            source = stage.read_input(path, threads)
+        stage.name_nodes(source.model)
+        nodes = [(n.name, w) for n, w in quantizers.quantizable(source.model)]
+        if not nodes:
+            raise no_matmul_error(source.model)
+        work_parent.mkdir(parents=True, exist_ok=True)
+        folder = tempfile.TemporaryDirectory(prefix=".quantize-work-", dir=work_parent)
+        fp32_file = Path(folder.name) / "fp32.onnx"
+        onnx_io.save(source.model, fp32_file)
+        source.model = None  # one copy of the weights in memory at a time: the quantizers read the file
+        found = Prepared(source, fp32_file, nodes, None, folder)
+    else:
+        say(f"reusing the reference outputs of {path} from the previous stage of this run")
+    if stress and found.stressed is None:
+        found.stressed = outlier_check.prepare(found.fp32_file, found.fp32_file.with_name("stressed.onnx"),
+                                               found.source.inputs, threads, timings)
+    if KEEP_PREPARED:
+        _prepared[key] = found
+    return found
 
 
 def no_matmul_error(model) -> UsageError:
@@ -52,33 +104,23 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
     if not 0 < target <= 1:
         raise UsageError(f"--stress-target must be in (0, 1], got {target}")
+    excluded([], exclude)  # a bad pattern is refused before any work
     check_folder_output(out, stage_name, [path], force)
     timings: dict[str, float] = {}
-    with step("load the input and run it at the validation layouts", timings):
-        source = stage.read_input(path, threads)
-    stage.name_nodes(source.model)
-    nodes = quantizers.quantizable(source.model)
-    if not nodes:
-        raise no_matmul_error(source.model)
-    skip = excluded(nodes, exclude)
-    if len(skip) == len(nodes):
-        raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(nodes)} MatMul(s): nothing would be "
-                         "quantized; narrow the pattern")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{stage_name}-work-", dir=out.parent) as tmp:
-        fp32_file = Path(tmp) / "fp32.onnx"
-        onnx_io.save(source.model, fp32_file)  # with every node named: exclusions go by name
-        del source.model
+    prepared = prepare(path, threads, outliers != "off", out.parent, timings)
+    source = prepared.source
+    try:
+        skip = excluded(prepared.nodes, exclude)
         stress = None
         if outliers != "off":
-            stress = outlier_check.run(fp32_file, quantize, skip, source.layouts, source.inputs, outliers, target,
-                                       threads, timings)
+            stress = outlier_check.run(prepared.stressed, quantize, skip, source.layouts, source.inputs, outliers,
+                                       target, threads, timings)
         stress_skip = stress["excluded"] if stress else []
         with staged_folder(out, stage_name, [path], force) as staged:
             model_file = staged / "model.onnx"
             with step(f"quantize ({', '.join(f'{k} {v}' for k, v in config.items())})", timings):
-                quantize(fp32_file, model_file, skip + stress_skip)
+                quantize(prepared.fp32_file, model_file, skip + stress_skip)
             with step("compare with fp32 at the validation layouts", timings):
                 cases = parity.check(open_session(model_file, threads), source.layouts, source.inputs,
                                      source.reference, tolerance=None)
@@ -105,6 +147,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             }
             del model
             reports.write(staged, report)
+    finally:
+        if not KEEP_PREPARED:
+            prepared.folder.cleanup()
     stress_line = (f"; outlier stress: min per-token cosine {stress['validation']['min_token_cosine']:.5f} "
                    f"({len(stress_skip)} MatMul(s) kept fp32 for it)" if stress else "")
     say(f"wrote {out}/model.onnx: {report['quantized_nodes']} quantized MatMul(s), {len(fp32)} weight node(s) fp32, "
