@@ -34,7 +34,6 @@ SIZE = (448, 448)
 POINTS = [
     ("int8 dynamic per-channel, no exclusion", "int8", ["--method", "dynamic", "--outliers", "report"]),
     ("int8 dynamic per-channel", "int8", ["--method", "dynamic", "--outliers", "exclude"]),
-    ("int8 dynamic per-tensor", "int8", ["--method", "dynamic", "--per-tensor", "--outliers", "exclude"]),
     ("int8 nbits b32 sym a4", "int8", ["--method", "nbits", "--block-size", "32", "--symmetric",
                                        "--accuracy-level", "4", "--outliers", "exclude"]),
     ("int8 nbits b128 sym a4", "int8", ["--method", "nbits", "--block-size", "128", "--symmetric",
