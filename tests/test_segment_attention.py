@@ -17,7 +17,7 @@ from transformers import vision_utils
 from builders.config import load_config
 from builders.qwen3_vl import layouts, patcher
 from builders.qwen3_vl import segment_attention as seg
-from builders.qwen3_vl.model import build_random
+from builders.qwen3_vl.model import build_random, reference_outputs
 from quantize import optimize
 
 PACKS = [[[1, 4, 6]], [[1, 18, 46], [3, 4, 8], [1, 2, 64]], [[2, 10, 6], [1, 6, 10], [1, 2, 2]], [[4, 2, 2]]] + \
@@ -154,3 +154,21 @@ def test_no_tensor_of_n_by_n_size(graphs, stage, tmp_path):
         assert len(attention) == depth * len(frames)  # the profile saw inside the Loop: one call per frame
         assert sorted(s[1] for s in attention) == sorted(f[1] for f in frames for _ in range(depth))
         assert not quadratic_tensors(shapes, n), f"{pack}: N = {n}"
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+def test_torchscript_lowering_at_other_opsets(tiny_model, opset):
+    """The function body follows the export's opset, so it inlines and runs at every allowed opset."""
+    from builders import onnx_export
+    from builders.qwen3_vl import family
+
+    grid = np.array([[1, 16, 16], [1, 12, 20]])
+    spec = family.io_spec(tiny_model)
+    model = onnx_export.export_torchscript(family.export_module(tiny_model),
+                                           family.example_inputs(tiny_model, grid, 0), spec, opset)
+    assert not model.functions and {o.domain: o.version for o in model.opset_import}[""] == opset
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    pixels, pack = layouts.random_pixels([[2, 8, 12], [1, 6, 4]], PATCH_DIM, np.random.default_rng(1))
+    got = session.run(None, {"pixel_values": pixels, "grid_thw": pack})
+    for ours, eager in zip(got, reference_outputs(tiny_model, pixels, pack)):
+        np.testing.assert_allclose(ours, eager, rtol=0, atol=1e-4 * max(1.0, float(np.abs(eager).max())))
