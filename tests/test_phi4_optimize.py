@@ -57,13 +57,18 @@ def _features(sess, inputs) -> np.ndarray:
     return session.run(sess, inputs)[spec.OUTPUT_NAME]
 
 
+# The mask input of ORT's fused attention ops: Attention's mask_index, MultiHeadAttention's key_padding_mask.
+MASK_INPUT = {"Attention": 3, "MultiHeadAttention": 4}
+
+
 def _mask_sources(model: ir.Model) -> list[str]:
-    """For every fused Attention: the graph input its mask_index (input 3) is computed from, or ''."""
+    """For every fused attention: the graph input its mask is computed from, or '' without a mask."""
     sources = []
     for node in model.graph:
-        if node.op_type != "Attention":
+        if node.op_type not in MASK_INPUT:
             continue
-        value = node.inputs[3] if len(node.inputs) > 3 else None
+        index = MASK_INPUT[node.op_type]
+        value = node.inputs[index] if len(node.inputs) > index else None
         while value is not None and value.producer() is not None:
             value = value.producer().inputs[0]
         sources.append(value.name if value is not None else "")
