@@ -4,6 +4,11 @@ its `preprocessor_config.json`, and what the symbolic dims of its I/O mean.
 A family entry is a `Family` in `FAMILIES`; adding a family is one entry here plus its smoke inputs
 in `runtime/smoke.py`.
 
+Phi-4-multimodal: `config.json` is `Phi4MultimodalVisionConfig.save_pretrained` (from the checkpoint's
+config, else the config file's `vision` section) with `out_hidden_size`, the projection width;
+`preprocessor_config.json` is the checkpoint's, else what the processor writes with its defaults
+(written by the torch-free port, runtime/preprocess/phi4_mm.py: the processor needs torchvision).
+
 Qwen3-VL:
 - `config.json` is `Qwen3VLVisionConfig.save_pretrained`: from the checkpoint's `config.json`
   (`vision_config`) when the export used a checkpoint, else from the `vision` section of the config
@@ -18,6 +23,7 @@ Qwen3-VL:
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +126,56 @@ def qwen3_vl_processor(report: dict, metadata: dict, dest: Path) -> dict:
     return written
 
 
+def phi4_mm_config(report: dict, metadata: dict, dest: Path) -> dict:
+    """Write `dest/config.json` (Phi4MultimodalVisionConfig + `out_hidden_size`, the projection width) and return it."""
+    from transformers.models.phi4_multimodal.configuration_phi4_multimodal import (
+        Phi4MultimodalConfig,
+        Phi4MultimodalVisionConfig,
+    )
+
+    checkpoint = _checkpoint(report)
+    if checkpoint is not None:
+        full = Phi4MultimodalConfig.from_dict(_read_json(checkpoint / "config.json"))
+        config, out_hidden, source = full.vision_config, full.hidden_size, f"{checkpoint}/config.json"
+    else:
+        values = _config_vision(report)
+        out_hidden = values.pop("out_hidden_size", Phi4MultimodalConfig().hidden_size)
+        config, source = Phi4MultimodalVisionConfig(**values), report["config"]
+    config.out_hidden_size = out_hidden  # the image embedding's output width (the language model's hidden size)
+    _check_against_metadata({"out_hidden_size": out_hidden, "patch_size": config.patch_size,
+                             "crop_size": config.crop_size, "feature_layer": config.feature_layer}, metadata, source)
+    config.save_pretrained(dest)
+    return _read_json(dest / "config.json")
+
+
+def phi4_mm_processor(report: dict, metadata: dict, dest: Path) -> dict:
+    """Write `dest/preprocessor_config.json`: the checkpoint's as it is, else what Phi4MultimodalImageProcessor's
+    `save_pretrained` writes with its defaults (runtime/preprocess/phi4_mm.py: the processor itself needs
+    torchvision, which has no CPU build here)."""
+    from runtime.preprocess import phi4_mm
+
+    checkpoint = _checkpoint(report)
+    source = checkpoint / "preprocessor_config.json" if checkpoint is not None else None
+    if source is not None and source.is_file():
+        shutil.copyfile(source, dest / "preprocessor_config.json")
+    else:
+        phi4_mm.save_config(dest)
+    return _read_json(dest / "preprocessor_config.json")
+
+
+PHI4_MM_USAGE = """\
+import numpy as np
+import onnxruntime as ort
+from PIL import Image
+from runtime.preprocess import phi4_mm  # numpy port of Phi4MultimodalImageProcessor (whose own code needs torchvision)
+
+config = phi4_mm.load_config("PACKAGE")
+batch = phi4_mm.preprocess([np.asarray(Image.open("photo.jpg").convert("RGB"))], config)
+session = ort.InferenceSession("PACKAGE/onnx/FILE", providers=["CPUExecutionProvider"])
+(image_features,) = session.run(None, {name: batch[name] for name in
+                                       ("pixel_values", "image_attention_mask", "image_sizes")})
+"""
+
 QWEN3_VL_USAGE = """\
 import numpy as np
 import onnxruntime as ort
@@ -145,6 +201,19 @@ FAMILIES = {
             "num_tokens": "merged tokens: num_patches / spatial_merge_size**2",
         },
         usage=QWEN3_VL_USAGE,
+    ),
+    "phi-4-mm": Family(
+        name="phi-4-mm",
+        title="Phi-4-multimodal image embedding",
+        write_config=phi4_mm_config,
+        write_processor=phi4_mm_processor,
+        symbols={
+            "num_images": "images in the pack",
+            "max_num_crops": "crops of the image with the most (1 global + its HD tiles); others padded with "
+                             "zero crops and all-ones masks",
+            "num_image_tokens": "image tokens of the pack, in the order the model scatters them into inputs_embeds",
+        },
+        usage=PHI4_MM_USAGE,
     ),
 }
 

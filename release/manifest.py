@@ -8,7 +8,7 @@ same build folders give the same bytes. Keys:
 - `opset`: {domain: version} of the fp32 model (`ai.onnx` for the default domain)
 - `versions`: torch, transformers, onnx, onnxruntime, ... (from the stage reports; `by_stage` keeps each)
 - `weights`: {source: random, seed} or {source: checkpoint, checkpoint, files: {name: {sha256, size}}}
-- `export`: {path (torchscript | dynamo), opset, example_grid_thw, tolerance}
+- `export`: {path (torchscript | dynamo), opset, example (the traced pack), tolerance}
 - `stages`: per stage its validation numbers (per case, worst over outputs: max_abs, max_rel,
   min_cosine of the flattened output, min_token_cosine of its rows, ok)
 - `variants`: per variant its file, stage, size, quantization settings and accuracy against fp32
@@ -76,7 +76,7 @@ def validation(report: dict) -> dict:
     val = report.get("validation")
     if not isinstance(val, dict):
         return {}
-    cases = [{"case": c.get("case"), **({"grid_thw": c["grid_thw"]} if "grid_thw" in c else {}),
+    cases = [{**{k: v for k, v in c.items() if k not in ("outputs", "ok")},  # case name and its facts
               **_worst(c.get("outputs", {})), "ok": c.get("ok")} for c in val.get("cases", [])]
     summary = {k: val[k] for k in ("reference", "passed", "max_abs", "min_cosine", "min_token_cosine") if k in val}
     if "reference" not in summary and report.get("stage") == "export":

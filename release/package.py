@@ -37,22 +37,24 @@ def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def smoke_shapes(family_name: str, processor: dict, model: Path, threads: int | None) -> list[dict]:
-    """[{size, inputs: {name: shape}, outputs: {name: shape}}] of the fp32 model at the smoke sizes."""
+def smoke_shapes(family_name: str, folder: Path, model: Path, threads: int | None) -> list[dict]:
+    """[{size, inputs: {name: shape}, outputs: {name: shape}}] of the fp32 model at the smoke sizes, with the
+    processor settings of `folder`/preprocessor_config.json."""
     sess = session.open_session(model, threads)
     records = []
-    for size, feeds in smoke.smoke_cases(family_name, processor):
+    for size, feeds in smoke.smoke_cases(family_name, folder):
         outputs = session.run(sess, feeds)
         records.append({"size": size, "inputs": {k: list(v.shape) for k, v in feeds.items()},
                         "outputs": {k: list(v.shape) for k, v in outputs.items()}})
     return records
 
 
-def sums_text(folder: Path) -> str:
-    """`sha256  path` lines (sorted) of every file under `folder` but SHA256SUMS itself."""
-    lines = [f"{sha256(p)}  {p.relative_to(folder).as_posix()}"
-             for p in sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).as_posix())
-             if p.is_file() and p.relative_to(folder).as_posix() != SUMS]
+def sums_text(folder: Path, known: dict[str, dict] | None = None) -> str:
+    """`sha256  path` lines (sorted) of every file under `folder` but SHA256SUMS itself; files in `known`
+    ({path: {sha256}}, the manifest's records) are not hashed again."""
+    known = known or {}
+    paths = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    lines = [f"{known[p]['sha256'] if p in known else sha256(folder / p)}  {p}" for p in paths if p != SUMS]
     return "\n".join(lines) + "\n"
 
 
@@ -86,9 +88,9 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
                 onnx_io.copy_model(v.stage.model, onnx_dir, v.file, data_name=f"{v.file}_data")
         with step("write config.json and preprocessor_config.json", timings, "configs"):
             fam.write_config(export, metadata, tmp)
-            processor = fam.write_processor(export, metadata, tmp)
+            fam.write_processor(export, metadata, tmp)
         with step("run fp32 at the smoke sizes", timings, "smoke"):
-            smoke_records = smoke_shapes(fam.name, processor, onnx_dir / fp32.file, threads)
+            smoke_records = smoke_shapes(fam.name, tmp, onnx_dir / fp32.file, threads)
         with step("checksums, manifest, model card", timings, "manifest"):
             files = {p.relative_to(tmp).as_posix(): manifest_mod.file_record(p)
                      for p in sorted(tmp.rglob("*")) if p.is_file()}
@@ -97,7 +99,7 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
             manifest_mod.add_speed(manifest, Path(build), chosen)
             write_json(tmp / MANIFEST, manifest)
             (tmp / CARD).write_text(card.render(manifest))
-            (tmp / SUMS).write_text(sums_text(tmp))
+            (tmp / SUMS).write_text(sums_text(tmp, files))
     with step(f"write {out}.tar.gz", timings, "tarball"):
         archive = tarball.write(out, Path(dist) / f"{name}.tar.gz", top=name)
     size = sum(f["size"] for f in files.values())

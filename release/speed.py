@@ -39,15 +39,16 @@ def time_model(model: Path, feeds: dict, threads: int, reps: int) -> list[float]
     return runs
 
 
-def processor_settings(build: Path, fam_name: str) -> dict:
-    """The processor settings the smoke inputs need, written by the family into a scratch folder."""
-    found = stages.read_build(build)
+def smoke_inputs(found: dict[str, stages.Stage], fam_name: str) -> dict[str, dict]:
+    """{size: feeds} of the smoke sizes, with the processor settings the package will hold (written by the
+    family into a scratch folder)."""
     fam = family(fam_name)
     export = found["export"].report
     metadata = onnx_io.metadata(stages.variants(found)[0].stage.model)
     with tempfile.TemporaryDirectory() as tmp:
         fam.write_config(export, metadata, Path(tmp))
-        return fam.write_processor(export, metadata, Path(tmp))
+        fam.write_processor(export, metadata, Path(tmp))
+        return dict(smoke.smoke_cases(fam_name, tmp))
 
 
 def measure(build: str | Path, size: str = "448x448", threads: int = 1, reps: int = 3) -> Path:
@@ -57,7 +58,7 @@ def measure(build: str | Path, size: str = "448x448", threads: int = 1, reps: in
     build = Path(build)
     found = stages.read_build(build)
     fam_name = found["export"].report.get("family", "?")
-    cases = dict(smoke.smoke_cases(fam_name, processor_settings(build, fam_name)))
+    cases = smoke_inputs(found, fam_name)
     if size not in cases:
         raise UsageError(f"--size {size} is not a smoke size; choose one of {', '.join(cases)}")
     if threads < 1 or reps < 1:

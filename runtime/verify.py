@@ -166,18 +166,15 @@ def check_configs(manifest: dict, meta: dict[str, str], folder: Path) -> None:
                 != str(value):
             fail("config.json", f"{key} = {config[key]} but the model records {value}")
     try:
-        from transformers import AutoImageProcessor
-
-        AutoImageProcessor.from_pretrained(str(folder))
-    except Exception as err:  # noqa: BLE001 -- whatever transformers raises, the file is what failed
-        fail("preprocessor_config.json", f"does not load with transformers' AutoImageProcessor "
+        smoke.family(manifest["family"]).load_processor(folder)
+    except Exception as err:  # noqa: BLE001 -- whatever the loader raises, the file is what failed
+        fail("preprocessor_config.json", f"does not load as the model's processor "
                                          f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
 
 
 def run_smoke(manifest: dict, folder: Path, threads: int | None) -> int:
     """Run every variant at the smoke sizes; check output shapes and finiteness. Returns the runs made."""
-    processor = json.loads((folder / "preprocessor_config.json").read_text())
-    cases = smoke.smoke_cases(manifest["family"], processor)
+    cases = smoke.smoke_cases(manifest["family"], folder)
     recorded = {case.get("size"): case for case in manifest["smoke"]}
     for size, feeds in cases:
         if size not in recorded:

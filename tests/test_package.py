@@ -117,7 +117,7 @@ def test_preprocessor_loads_and_grids_like_the_smoke_inputs(dist):
         h, w = (int(x) for x in case["size"].split("x"))
         batch = processor(images=[Image.new("RGB", (w, h))], return_tensors="np")
         assert list(batch["pixel_values"].shape) == case["inputs"]["pixel_values"]
-        size_feeds = dict(smoke.smoke_cases("qwen3-vl", processor.to_dict()))[case["size"]]
+        size_feeds = dict(smoke.smoke_cases("qwen3-vl", folder))[case["size"]]
         np.testing.assert_array_equal(batch["image_grid_thw"], size_feeds["grid_thw"])
 
 
@@ -314,3 +314,47 @@ def test_verify_bad_input(tmp_path, capsys):
     assert code == 2 and "not a .tar.gz" in single_error(err)
     code, err = verify(tmp_path, capsys)
     assert code == 2 and "not a release package" in single_error(err)
+
+
+@pytest.fixture(scope="module")
+def phi_package(tmp_path_factory) -> Path:
+    """dist/phi-4-mm-tiny/ from a tiny Phi-4-multimodal export (the second family)."""
+    from builders import vision
+
+    root = tmp_path_factory.mktemp("phi")
+    assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(root / "build/phi-4-mm-tiny/export")]) == 0
+    folder, _ = package(root / "build/phi-4-mm-tiny", root / "dist", threads=1)
+    return folder
+
+
+def test_phi4_package_verifies(phi_package, capsys):
+    manifest = json.loads((phi_package / "manifest.json").read_text())
+    assert manifest["family"] == "phi-4-mm"
+    assert [i["name"] for i in manifest["inputs"]] == ["pixel_values", "image_attention_mask", "image_sizes"]
+    assert manifest["smoke"][0]["inputs"]["pixel_values"][2:] == [3, 448, 448]
+    assert json.loads((phi_package / "preprocessor_config.json").read_text())["image_processor_type"] == \
+        "Phi4MultimodalImageProcessor"
+    code, err = verify(phi_package, capsys)
+    assert code == 0, err
+
+
+def test_verify_fails_on_model_of_the_other_family(dist, phi_package, tmp_path, capsys):
+    """A Qwen3-VL package whose fp32 model is replaced by the Phi-4 one, manifest records and checksums
+    forged to match: the model's own metadata gives it away."""
+    from release.manifest import file_record
+
+    folder = copy_package(dist, tmp_path)
+    shutil.copyfile(phi_package / "onnx/vision_encoder.onnx", folder / "onnx/vision_encoder.onnx")
+    record = file_record(folder / "onnx/vision_encoder.onnx")
+
+    def forge(manifest):
+        manifest["files"]["onnx/vision_encoder.onnx"] = record
+        manifest["variants"][0]["size"] = record["size"]
+
+    edit_manifest(folder, forge)
+    resign(folder)
+    code, err = verify(folder, capsys)
+    assert code == 1
+    line = single_error(err)
+    assert line.startswith("error: onnx/vision_encoder.onnx: the model's metadata says family 'phi-4-mm', "
+                           "manifest.json says 'qwen3-vl'")
