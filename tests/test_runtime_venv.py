@@ -49,7 +49,7 @@ def venv(tmp_path_factory) -> Path:
     python = root / "venv" / "bin" / "python"
     start = time.perf_counter()
     done = subprocess.run([str(python), "-m", "pip", "install", "-q", f"{source}[runtime]"],
-                          check=False, capture_output=True, text=True)
+                          check=False, capture_output=True, text=True, cwd=root)  # build files stay in root
     print(f"[test] pip install .[runtime] into a fresh venv: {time.perf_counter() - start:.0f} s", file=sys.stderr)
     if done.returncode != 0:
         if any(marker in done.stderr for marker in OFFLINE):
