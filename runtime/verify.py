@@ -57,9 +57,13 @@ def check_sums(folder: Path) -> dict[str, str]:
         if not match:
             fail(SUMS, f"line {number} is not `SHA256  PATH`: {line[:80]!r}")
         sums[match.group(2)] = match.group(1)
+    for link in (p for p in folder.rglob("*") if p.is_symlink()):
+        fail(link.relative_to(folder).as_posix(), "is a symbolic link; a package holds regular files only")
     for path, digest in sums.items():
         file = folder / path
-        if ".." in Path(path).parts or not file.is_file():
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            fail(SUMS, f"lists {path!r}, outside the package")
+        if not file.is_file():
             fail(path, "missing (listed in SHA256SUMS)")
         actual = sha256(file)
         if actual != digest:

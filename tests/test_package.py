@@ -179,6 +179,20 @@ def test_verify_fails_on_added_file(dist, tmp_path, capsys):
     assert single_error(err).startswith("error: onnx/extra.onnx: is not listed in SHA256SUMS")
 
 
+def test_verify_refuses_links_and_paths_outside(dist, tmp_path, capsys):
+    folder = copy_package(dist, tmp_path)
+    (folder / "onnx/link.onnx").symlink_to("vision_encoder.onnx")
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err) == "error: onnx/link.onnx: is a symbolic link; a package holds regular files only"
+    (folder / "onnx/link.onnx").unlink()
+    with open(folder / "SHA256SUMS", "a") as sums:
+        sums.write(f"{'0' * 64}  /etc/hostname\n")
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err) == "error: SHA256SUMS: lists '/etc/hostname', outside the package"
+
+
 def test_verify_fails_on_tampered_manifest(dist, tmp_path, capsys):
     folder = copy_package(dist, tmp_path)
 
