@@ -226,12 +226,29 @@ def add_arguments(parser) -> None:
     parser.add_argument("--force", action="store_true", help="replace an existing OUT that is not an earlier result")
 
 
+FACTS = ("source", "grid_thw", "image_size", "num_crops")
+
+
+def describe(result: dict[str, np.ndarray], entry: str) -> str:
+    """One line per entry: its file(s), its grid or HD size, and the shapes of its outputs."""
+    sources = [str(s) for s in result[f"{entry}.source"]]
+    source = sources[0] if len(sources) == 1 else f"{len(sources)} frames {sources[0]} .. {Path(sources[-1]).name}"
+    if f"{entry}.grid_thw" in result:
+        layout = "grid " + "x".join(str(int(v)) for v in result[f"{entry}.grid_thw"])
+    else:
+        layout = "HD {}x{}, {} crops".format(*result[f"{entry}.image_size"].tolist(), int(result[f"{entry}.num_crops"]))
+    outputs = [k.split(".", 1)[1] for k in result if k.startswith(f"{entry}.") and k.split(".", 1)[1] not in FACTS]
+    shapes = ", ".join(f"{name} {list(result[f'{entry}.{name}'].shape)}" for name in outputs)
+    return f"{entry}: {source} ({layout}) -> {shapes}"
+
+
 def run(args) -> int:
-    """The `embed` subcommand: print what was written."""
+    """The `embed` subcommand: print one line per entry, then what was written."""
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
     result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force)
     entries = [str(e) for e in result["entries"]]
-    listed = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-    print(f"wrote {args.out}: {len(entries)} {'entry' if len(entries) == 1 else 'entries'} ({listed})")
+    for entry in entries:
+        print(describe(result, entry))
+    print(f"wrote {args.out}: {len(entries)} {'entry' if len(entries) == 1 else 'entries'}")
     return 0
