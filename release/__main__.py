@@ -1,6 +1,6 @@
 """`python -m release {package,speed} BUILD ...`: release packages of a build (torch-free).
 
-    python -m release package build/qwen3-vl [--dist dist] [--name NAME] [--threads N]
+    python -m release package build/qwen3-vl [--dist dist] [--name NAME] [--threads N] [--force]
         -> dist/NAME/ (onnx/, config.json, preprocessor_config.json, manifest.json, README.md,
            SHA256SUMS) and dist/NAME.tar.gz; NAME defaults to the export's model (qwen3-vl-2b)
     python -m release speed build/qwen3-vl [--size 448x448] [--threads 1] [--reps 3]
@@ -33,6 +33,8 @@ def parse_args(argv: list[str] | None):
     pkg.add_argument("--dist", type=Path, default=Path("dist"), help="where to write the package (default dist)")
     pkg.add_argument("--name", help="package name (default: the export's model name)")
     pkg.add_argument("--threads", type=int, help="ONNX Runtime threads for the smoke runs (default: all)")
+    pkg.add_argument("--force", action="store_true",
+                     help="replace an existing dist/NAME/ (and .tar.gz) that is not an earlier package")
     speed = commands.add_parser("speed", help="time each model of the package-to-be (for its model card)")
     speed.add_argument("build", type=Path, metavar="BUILD")
     speed.add_argument("--size", default="448x448", help="a smoke size HxW (default 448x448)")
@@ -52,7 +54,7 @@ def run(argv: list[str] | None) -> int:
     if args.command == "package":
         from release.package import package
 
-        folder, archive = package(args.build, args.dist, args.name, args.threads)
+        folder, archive = package(args.build, args.dist, args.name, args.threads, args.force)
         print(f"wrote {folder}/ and {archive}")
     else:
         from release.speed import measure

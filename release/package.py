@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from core import onnx_io, session
+from core.errors import UsageError
 from core.progress import say, step
 from core.staging import staged_folder
 from release import card, stages, tarball
@@ -67,8 +68,9 @@ def is_package(folder: Path) -> bool:
 
 
 def package(build: str | Path, dist: str | Path = "dist", name: str | None = None,
-            threads: int | None = None) -> tuple[Path, Path]:
-    """Write `dist/NAME/` and `dist/NAME.tar.gz` from the stage folders in `build`; return both paths."""
+            threads: int | None = None, force: bool = False) -> tuple[Path, Path]:
+    """Write `dist/NAME/` and `dist/NAME.tar.gz` from the stage folders in `build`; return both paths.
+    An existing `dist/NAME/` is replaced only when it is an earlier package (or with `force`)."""
     timings: dict[str, float] = {}
     found = stages.read_build(build)
     export = found["export"].report
@@ -78,9 +80,14 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
     fp32 = chosen[0]
     metadata = onnx_io.metadata(fp32.stage.model)
     out = Path(dist) / name
+    archive = Path(dist) / f"{name}.tar.gz"
+    earlier = force or (out.is_dir() and is_package(out))
+    if archive.exists() and not earlier:
+        raise UsageError(f"{archive} exists but {out}/ is not an earlier package beside it; refusing to replace "
+                         "it: move it away, give --dist/--name, or --force to replace it")
     say(f"package {name}: fp32 from the {fp32.stage.name} stage"
         + "".join(f", {v.name} from {v.stage.name}" for v in chosen[1:]))
-    with staged_folder(out, STAGE, inputs=[build], force=out.is_dir() and is_package(out)) as tmp:
+    with staged_folder(out, STAGE, inputs=[build], force=earlier) as tmp:
         onnx_dir = tmp / "onnx"
         onnx_dir.mkdir()
         with step(f"copy {len(chosen)} model(s)", timings, "copy"):
@@ -101,7 +108,7 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
             (tmp / CARD).write_text(card.render(manifest))
             (tmp / SUMS).write_text(sums_text(tmp, files))
     with step(f"write {out}.tar.gz", timings, "tarball"):
-        archive = tarball.write(out, Path(dist) / f"{name}.tar.gz", top=name)
+        tarball.write(out, archive, top=name)
     size = sum(f["size"] for f in files.values())
     say(f"wrote {out}/ ({len(files) + len(DESCRIPTIONS)} files, {size / 2**20:.1f} MiB) and {archive} "
         f"({archive.stat().st_size / 2**20:.1f} MiB)")

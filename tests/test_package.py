@@ -321,6 +321,20 @@ def test_package_bad_input(tmp_path, capsys):
     assert not dist.exists()
 
 
+def test_package_never_replaces_what_it_did_not_write(build, tmp_path, capsys):
+    dist = tmp_path / "dist"
+    (dist / NAME).mkdir(parents=True)
+    (dist / NAME / "notes.txt").write_text("mine")
+    assert release_cli.main(["package", str(build), "--dist", str(dist)]) == 2
+    assert "refusing to replace" in single_error(capsys.readouterr().err)
+    (dist / NAME / "notes.txt").unlink()
+    (dist / NAME).rmdir()
+    (dist / f"{NAME}.tar.gz").write_text("mine")
+    assert release_cli.main(["package", str(build), "--dist", str(dist)]) == 2
+    assert "refusing to replace" in single_error(capsys.readouterr().err)
+    assert (dist / f"{NAME}.tar.gz").read_text() == "mine" and sorted(dist.iterdir()) == [dist / f"{NAME}.tar.gz"]
+
+
 def test_verify_bad_input(tmp_path, capsys):
     assert verify(tmp_path / "nope", capsys)[0] == 2
     (tmp_path / "notes.txt").write_text("hello")
