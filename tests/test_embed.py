@@ -10,7 +10,7 @@ as one pack, so a match per entry also shows that packing changes nothing. Toler
 
 The Qwen3-VL package is made by `python -m release package` from the tiny TorchScript export (conftest);
 the Phi-4 package folder is assembled here from a tiny export (onnx/vision_encoder.onnx, the processor
-config and a manifest naming the family), as release packaging does not cover that family yet.
+config and a manifest naming the family): what `embed` reads, without the export's validation run.
 """
 
 import json
