@@ -171,6 +171,9 @@ def check_configs(manifest: dict, meta: dict[str, str], folder: Path) -> None:
             fail("config.json", f"{key} = {config[key]} but the model records {value}")
     try:
         smoke.family(manifest["family"]).load_processor(folder)
+    except ImportError as err:
+        raise UsageError(f"verify needs {err.name or 'transformers'} to load the processor: "
+                         "pip install '.[runtime]'") from None
     except Exception as err:  # noqa: BLE001 -- whatever the loader raises, the file is what failed
         fail("preprocessor_config.json", f"does not load as the model's processor "
                                          f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
