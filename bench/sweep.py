@@ -4,8 +4,8 @@ Every point is a stage built from build/NAME/optimized with the stage's own comm
 (`python -m quantize int8|int4 ... FLAGS`, into build/NAME/sweep/LABEL/; rebuilt only when the
 optimized model or the flags changed). Per point: latency (one thread, one 448x448 image, medians of
 `--reps` rounds interleaved across all points, same input), file size, and the worst per-token cosine
-against fp32 from the stage's report, on the random weights and on the outlier-stress weights (a
-few residual channels 20-100x larger, `quantize/outliers.py`).
+against fp32 from the stage's report (at the validation cases CASES), on the random weights and on
+the outlier-stress weights (a few residual channels 20-100x larger, `quantize/outliers.py`).
 The best INT8 point is the fastest that meets both accuracy targets (else the one meeting the most);
 the best INT4 point the fastest, ties within 5% going to the more accurate. Writes
 bench/results/sweep-NAME.json, sweep.md (sweep-NAME.md for other models) and sweep-NAME.png.
@@ -45,6 +45,11 @@ POINTS = [
     for block in (32, 128) for sym in (True, False) for level in (0, 4)
 ]
 FP32 = "fp32 (optimized)"
+#: The validation cases each point's accuracy is measured at (of the export's 13): the key size, a
+#: mixed-size pack, a video, a mixed image + video pack and the export example; bounds the sweep's
+#: cost (12 stages at 2B dims). The shipped stages of `make export` check every layout.
+CASES = ("image 448x448", "pack 448x448 + 336x336", "video t=2 256x256", "pack image + video t=2 + image",
+         "export example")
 TARGETS = {"token_cosine": 0.999, "stress_token_cosine": 0.99, "int8_speedup": 2.5}
 
 
@@ -79,6 +84,7 @@ def build_points(root: Path, points: list[tuple]) -> list[dict]:
     from quantize import weight_stage
 
     weight_stage.KEEP_PREPARED = True  # one reference run of the fp32 (and stressed) model for all points
+    weight_stage.CASES = CASES
 
     optimized = root / "optimized" / "model.onnx"
     index_file = root / "sweep" / "index.json"
@@ -167,7 +173,7 @@ def main(argv=None) -> int:
         r["speedup"] = timed[FP32]["median_s"] / r["median_s"]
         say(f"  {r['label']:45s} {r['median_s']:.3f} s  {r['speedup']:.2f}x  {r['mib']:.0f} MiB  "
             f"cos/token {r['token_cosine']:.5f}  stress {r['stress_token_cosine'] or float('nan'):.5f}")
-    result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "grid_thw": grid, "threads": 1,
+    result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "grid_thw": grid, "threads": 1, "cases": CASES,
               "reps": args.reps, "weights": "random (seed 0) and outlier stress", "targets": TARGETS,
               "machine": machine(), "started": started, "load_average_start": load_start,
               "load_average_end": load_average(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),

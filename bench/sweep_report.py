@@ -24,8 +24,8 @@ def markdown(result: dict, png: str) -> str:
          f"AMX: {result['machine']['amx']}), shared with other jobs: load average {result['load_average_start']} "
          f"at the start, {result['load_average_end']} at the end. Latency: medians of {result['reps']} rounds "
          f"interleaved across all points, one thread, one {result['size']} image (grid {result['grid_thw']}), same "
-         "input. Cosines: the worst per-token (per output row) cosine against the fp32 model over every validation "
-         "layout and output, from each stage's report; stress = the same quantization of the outlier-stress copy "
+         "input. Cosines: the worst per-token (per output row) cosine against the fp32 model over the validation "
+         f"layouts {', '.join(result.get('cases') or ['(all)'])} and every output, from each stage's report; stress = the same quantization of the outlier-stress copy "
          "(a few residual-stream channels scaled 20–100×) against its own fp32 outputs. Random weights."),
         "",
         "| point | s | vs fp32 | MiB | min per-token cos | outlier stress | MatMuls kept fp32 | flags |",

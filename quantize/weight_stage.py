@@ -50,13 +50,26 @@ class Prepared:
 #: bench.sweep turns this on: the stages it runs one after the other on the same input then reuse the
 #: input's reference outputs and outlier-stress copy instead of recomputing them for every point.
 KEEP_PREPARED = False
+#: bench.sweep sets this to a few validation cases (by name) to bound the cost of its many stages;
+#: None (what the commands do): every validation layout.
+CASES: tuple[str, ...] | None = None
 _prepared: dict[tuple, Prepared] = {}
 
 
 def _key(path: str | Path, threads: int) -> tuple:
     model_file = onnx_io.model_path(path).resolve()
     files = [model_file, model_file.with_name(model_file.name + ".data")]
-    return str(model_file), threads, tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists())
+    return (str(model_file), threads, CASES,
+            tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()))
+
+
+def _keep_cases(source: stage.StageInput) -> None:
+    """Restrict the validation layouts to CASES (when set and any of them is present)."""
+    keep = [i for i, lay in enumerate(source.layouts) if CASES is None or lay["case"] in CASES]
+    if keep:
+        source.layouts = [source.layouts[i] for i in keep]
+        source.inputs = [source.inputs[i] for i in keep]
+        source.reference = [source.reference[i] for i in keep]
 
 
 def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, timings: dict) -> Prepared:
@@ -66,6 +79,7 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
     if found is None:
         with step("load the input and run it at the validation layouts", timings):
             source = stage.read_input(path, threads)
+        _keep_cases(source)
         stage.name_nodes(source.model)
         nodes = [(n.name, w) for n, w in quantizers.quantizable(source.model)]
         if not nodes:
