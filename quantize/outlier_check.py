@@ -5,8 +5,8 @@ On the outlier-stress copy of the input (`quantize.outliers`: residual channels 
    model and fed its fp32 input from the stressed model at the probe layout; its output is compared
    with the fp32 MatMul's (min per-token cosine). The lowest cosines are the MatMuls whose inputs the
    quantizer cannot represent.
-2. exclusion (mode "exclude"): the whole stressed model is quantized leaving the k most sensitive
-   MatMuls fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
+2. exclusion (mode "exclude"): the whole stressed model is quantized once, then the k most sensitive
+   MatMuls are put back in fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
    at the probe layout reaches the target; then bisected down to the smallest such k.
 3. validation: the stressed model quantized with the final exclusions, at every validation layout.
 Mode "report" does only 3, with no exclusion. The caller applies the exclusions to the real model.
@@ -95,37 +95,78 @@ def _one_matmul(name: str, k: int, weight: np.ndarray) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=onnx_io.MAX_IR_VERSION)
 
 
+def restore_fp32(quantized: Path, fp32: Path, names: list[str], dst: Path) -> None:
+    """`quantized` with the MatMuls `names` put back from `fp32` (same folder: weights stay where they are).
+
+    Each quantized MatMul writes the original MatMul's output tensor, so its producer there is replaced by
+    the original node (its fp32 weight initializer referenced, not copied, when external), and the
+    quantization nodes left without consumers are dropped. Cheaper than quantizing again for each trial.
+    """
+    model = onnx.load(str(quantized), load_external_data=False)
+    original = onnx.load(str(fp32), load_external_data=False)
+    nodes = {n.name: n for n in original.graph.node if n.name in set(names)}
+    weights = {t.name: t for t in original.graph.initializer}
+    have = {t.name for t in model.graph.initializer}
+    restored = {nodes[name].output[0]: nodes[name] for name in names}
+    # the original node takes its producer's place: its inputs are ready there, the order stays topological
+    kept = [next((restored[o] for o in n.output if o in restored), n) for n in model.graph.node]
+    for node in restored.values():
+        if node.input[1] not in have:
+            model.graph.initializer.append(weights[node.input[1]])
+            have.add(node.input[1])
+    while True:  # drop nodes whose outputs nobody reads
+        used = {i for n in kept for i in n.input} | {o.name for o in model.graph.output}
+        alive = [n for n in kept if any(o in used for o in n.output if o)]
+        if len(alive) == len(kept):
+            break
+        kept = alive
+    used = {i for n in kept for i in n.input}
+    initializers = [t for t in model.graph.initializer if t.name in used]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(initializers)
+    model.graph.ClearField("value_info")
+    onnx.save(model, str(dst))
+
+
 def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[str], feed: dict,
-           reference: list[np.ndarray], target: float, work: Path, threads: int) -> tuple[int, list[dict]]:
+           reference: list[np.ndarray], target: float, threads: int) -> tuple[int, list[dict]]:
     """Smallest k such that leaving `ranked[:k]` fp32 (plus `skip`) reaches `target` at the probe.
 
+    The stressed model is quantized once; each trial puts k MatMuls back (`restore_fp32`). Files go
+    beside `stressed` (external weights resolve only within a model's folder).
     Returns (k, trials [{excluded, min_token_cosine}]); k = len(ranked) when nothing reaches it.
     """
     trials: dict[int, float] = {}
+    folder = stressed.parent
+    full, trial_file = folder / "search-quantized.onnx", folder / "search-trial.onnx"
+    quantize(stressed, full, skip)
 
     def trial(k: int) -> float:
         if k not in trials:
-            out = work / f"trial-{k}.onnx"
-            quantize(stressed, out, skip + ranked[:k])
-            trials[k] = _token_cosine(open_session(out, threads), feed, reference)
-            for f in work.glob(f"trial-{k}.onnx*"):
-                f.unlink()
+            restore_fp32(full, stressed, ranked[:k], trial_file)
+            trials[k] = _token_cosine(open_session(trial_file, threads), feed, reference)
             say(f"  outlier stress: {k} MatMul(s) fp32 -> min per-token cosine {trials[k]:.5f}")
         return trials[k]
 
-    k, last_bad = 0, -1
-    while trial(k) < target and k < len(ranked):
-        last_bad = k
-        k = min(len(ranked), max(1, 2 * k))
-    if trials[k] >= target:
-        low, high = last_bad, k  # trial(low) < target <= trial(high)
-        while high - low > 1:
-            mid = (low + high) // 2
-            if trial(mid) >= target:
-                high = mid
-            else:
-                low = mid
-        k = high
+    try:
+        k, last_bad = 0, -1
+        while trial(k) < target and k < len(ranked):
+            last_bad = k
+            k = min(len(ranked), max(1, 2 * k))
+        if trials[k] >= target:
+            low, high = last_bad, k  # trial(low) < target <= trial(high)
+            while high - low > 1:
+                mid = (low + high) // 2
+                if trial(mid) >= target:
+                    high = mid
+                else:
+                    low = mid
+            k = high
+    finally:
+        for f in folder.glob("search-*"):
+            f.unlink()
     return k, [{"excluded": n, "min_token_cosine": c} for n, c in sorted(trials.items())]
 
 
@@ -163,7 +204,7 @@ def run(stressed: Stressed, quantize: Quantizer, skip: list[str], layouts: list[
             candidates = [r["node"] for r in ranked if r["node"] not in skip]
             with step(f"outlier stress: MatMuls to keep fp32 for min per-token cosine >= {target}", timings):
                 k, trials = search(stressed.path, quantize, candidates, skip, inputs[probe], reference[probe],
-                                   target, work, threads)
+                                   target, threads)
             excluded = candidates[:k]
         with step("outlier stress: quantized vs fp32 at the validation layouts", timings):
             final = work / "final.onnx"
