@@ -78,4 +78,6 @@ def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool) -> None:
                          weight_type=QuantType.QInt8, nodes_to_exclude=list(skip),
                          use_external_data_format=onnx_io.has_external_data(src),
                          extra_options={"MatMulConstBOnly": True})
-        onnx_io.save_proto(onnx.load(str(out)), dst)
+        proto = onnx.load(str(out))
+        proto.producer_name = "vlm-vision-onnx.quantize"  # quantize_dynamic writes its own
+        onnx_io.save_proto(proto, dst)
