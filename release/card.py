@@ -119,7 +119,7 @@ def render(manifest: dict) -> str:
         f"# {name}: {manifest['title']} (ONNX)",
         "",
         (f"The vision encoder of `{manifest['model']}` ({manifest['family']} family) as ONNX for ONNX Runtime, "
-        f"for every image size, image count and video length the model accepts. Weights: {_weights(manifest)}."),
+         f"for {fam.accepts}. Weights: {_weights(manifest)}."),
         (f"Exported through {export['path']} (opset {export['opset']}, example pack {export.get('example')}); "
         f"the fp32 model is the `{fp32['stage']}` stage of the pipeline. Made by `make package` "
         "(vlm-vision-onnx); every number below is in `manifest.json`."),

@@ -44,6 +44,7 @@ class Family:
     write_config: Callable[[dict, dict, Path], dict]
     write_processor: Callable[[dict, dict, Path], dict]
     symbols: dict[str, str]
+    accepts: str  # what one call takes, for the model card
     usage: str  # Python that runs the package on one photo (PACKAGE and FILE stand for the folder and model file)
 
 
@@ -200,6 +201,7 @@ FAMILIES = {
             "num_images": "images and videos in the pack (rows of grid_thw: t, h, w in patches)",
             "num_tokens": "merged tokens: num_patches / spatial_merge_size**2",
         },
+        accepts="every image size, image count and video length the model accepts, mixed in one pack",
         usage=QWEN3_VL_USAGE,
     ),
     "phi-4-mm": Family(
@@ -213,6 +215,7 @@ FAMILIES = {
                              "zero crops and all-ones masks",
             "num_image_tokens": "image tokens of the pack, in the order the model scatters them into inputs_embeds",
         },
+        accepts="every image size and image count the model accepts (its HD crop layouts), mixed in one call",
         usage=PHI4_MM_USAGE,
     ),
 }
