@@ -10,6 +10,8 @@ Also home of `write_images`, the test images every preprocessing test uses: the 
 every pillow mode the loader converts, an EXIF-rotated JPEG and real photographs from skimage.data.
 """
 
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,7 @@ from runtime.preprocess import qwen3_vl
 # (height, width) of the generated RGB images: the smoke sizes and odd ones
 SIZES = {"224x224": (224, 224), "336x336": (336, 336), "448x448": (448, 448), "512x384": (512, 384),
          "37x53": (37, 53), "4000x3000": (3000, 4000)}
-MODES = ["gray", "rgba", "palette", "gray16", "exif_jpeg"]
+MODES = ["gray", "rgba", "palette", "gray16", "rgb16", "exif_jpeg"]
 PHOTOS = ["astronaut", "coffee", "camera"]
 
 
@@ -37,6 +39,18 @@ def _pixels(height: int, width: int, seed: int) -> np.ndarray:
     x = np.arange(width, dtype=np.int16)[None, :] * 255 // max(width - 1, 1)
     base = np.stack(np.broadcast_arrays(x, y, (x + y) % 256), axis=-1)
     return np.clip(base + rng.integers(-40, 41, base.shape, dtype=np.int16), 0, 255).astype(np.uint8)
+
+
+def _write_png16(path: Path, rgb: np.ndarray) -> None:
+    """A 16-bit RGB PNG (pillow reads those but cannot write them): IHDR bit depth 16, colour type 2."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    height, width = rgb.shape[:2]
+    rows = b"".join(b"\x00" + row.astype(">u2").tobytes() for row in rgb)
+    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+                     + chunk(b"IEND", b""))
 
 
 def write_images(folder: Path) -> dict[str, Path]:
@@ -58,6 +72,8 @@ def write_images(folder: Path) -> dict[str, Path]:
     Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(paths["palette"], transparency=0)
     paths["gray16"] = folder / "gray16.png"
     Image.fromarray(rgb[..., 1].astype(np.uint16) * 257 // 3).save(paths["gray16"])  # mode I;16
+    paths["rgb16"] = folder / "rgb16.png"
+    _write_png16(paths["rgb16"], rgb.astype(np.uint16) * 257)
     paths["exif_jpeg"] = folder / "exif.jpg"
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
@@ -132,7 +148,7 @@ def test_exif_rotation_as_transformers_load_image(test_images):
     np.testing.assert_array_equal(loaded, np.asarray(load_image(str(test_images["exif_jpeg"]))))
 
 
-@pytest.mark.parametrize("name", ["gray", "palette", "gray16"])
+@pytest.mark.parametrize("name", ["gray", "palette", "gray16", "rgb16"])
 def test_modes_become_rgb_as_transformers_load_image(name, test_images):
     """Without transparency, the processors' conversion is pillow's convert('RGB'), as load_image's."""
     loaded = images.load_rgb(test_images[name])
