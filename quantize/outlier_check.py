@@ -114,13 +114,13 @@ def restore_fp32(quantized: Path, fp32: Path, names: list[str], dst: Path) -> No
         if node.input[1] not in have:
             model.graph.initializer.append(weights[node.input[1]])
             have.add(node.input[1])
-    while True:  # drop nodes whose outputs nobody reads
-        used = {i for n in kept for i in n.input} | {o.name for o in model.graph.output}
+    while True:  # drop nodes whose outputs nobody reads (subgraphs, e.g. a Loop body, read outer names too)
+        used = _read_names(kept) | {o.name for o in model.graph.output}
         alive = [n for n in kept if any(o in used for o in n.output if o)]
         if len(alive) == len(kept):
             break
         kept = alive
-    used = {i for n in kept for i in n.input}
+    used = _read_names(kept)
     initializers = [t for t in model.graph.initializer if t.name in used]
     del model.graph.node[:]
     model.graph.node.extend(kept)
@@ -128,6 +128,17 @@ def restore_fp32(quantized: Path, fp32: Path, names: list[str], dst: Path) -> No
     model.graph.initializer.extend(initializers)
     model.graph.ClearField("value_info")
     onnx.save(model, str(dst))
+
+
+def _read_names(nodes) -> set[str]:
+    """Every tensor name the nodes read, including inside their subgraphs (Loop / If / Scan bodies)."""
+    names = set()
+    for node in nodes:
+        names.update(node.input)
+        for attr in node.attribute:
+            for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                names |= _read_names(graph.node)
+    return names
 
 
 def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[str], feed: dict,
