@@ -97,7 +97,9 @@ def smoke_lines(manifest: dict) -> list[str]:
     lines = ["| image (h x w) | " + " | ".join(i["name"] for i in manifest["inputs"]) + " | " +
              " | ".join(names) + " |", "|---" * (1 + len(manifest["inputs"]) + len(names)) + "|"]
     for case in manifest["smoke"]:
-        ins = [_dims(case["inputs"][i["name"]]) for i in manifest["inputs"]]
+        values = case.get("values", {})
+        ins = [str(values[i["name"]]) if i["name"] in values else _dims(case["inputs"][i["name"]])
+               for i in manifest["inputs"]]
         outs = [_dims(case["outputs"][n]) for n in names]
         lines.append(f"| {case['size']} | " + " | ".join(ins + outs) + " |")
     return lines
@@ -142,8 +144,9 @@ def render(manifest: dict) -> str:
         "",
         *validation_lines(manifest),
         "",
-        (f"fp32 tolerance: max abs diff <= {export['tolerance']} x max(1, max |reference|). Shapes at the smoke "
-        "sizes (random pixels, as the processor grids an image of that size; `verify` checks every variant):"),
+        (f"fp32 tolerance: max abs diff <= {export['tolerance']} x max(1, max |reference|). At the smoke sizes "
+         "(a random image of that size through the package's processor; integer inputs by value, the rest by "
+         "shape) the outputs have these shapes; `verify` checks every variant:"),
         "",
         *smoke_lines(manifest),
         "",

@@ -15,9 +15,9 @@ Qwen3-VL:
   file the export recorded (configs/NAME.yaml). Its facts are checked against the ONNX metadata.
 - `preprocessor_config.json` is what the model's own processor writes with `save_pretrained`: the
   checkpoint's processor when the checkpoint ships one, else transformers' `Qwen2VLImageProcessorPil`
-  (torch-free) with Qwen3-VL's settings — patch 16, merge 2, temporal patch 2, mean = std = 0.5
-  (IMAGENET_STANDARD, as Qwen3-VL's published `preprocessor_config.json`), pixels between
-  `runtime.layouts.MIN_PIXELS` and `MAX_PIXELS`.
+  (torch-free) with Qwen3-VL's settings (`runtime.preprocess.qwen3_vl.SETTINGS`: patch 16, merge 2,
+  temporal patch 2, mean = std = 0.5, pixels between `runtime.layouts.MIN_PIXELS` and `MAX_PIXELS`),
+  patch, temporal patch and merge sizes taken from the vision config.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from pathlib import Path
 import yaml
 
 from core.errors import UsageError
-from runtime import layouts
 
 
 @dataclass(frozen=True)
@@ -106,19 +105,17 @@ def qwen3_vl_config(report: dict, metadata: dict, dest: Path) -> dict:
 
 def qwen3_vl_processor(report: dict, metadata: dict, dest: Path) -> dict:
     """Write `dest/preprocessor_config.json` through the processor's own `save_pretrained`; return it."""
-    from transformers import AutoImageProcessor, Qwen2VLImageProcessorPil
+    from transformers import AutoImageProcessor
+
+    from runtime.preprocess import qwen3_vl
 
     checkpoint = _checkpoint(report)
     if checkpoint is not None and (checkpoint / "preprocessor_config.json").is_file():
-        processor = AutoImageProcessor.from_pretrained(checkpoint, backend="pil")
+        AutoImageProcessor.from_pretrained(checkpoint, backend="pil").save_pretrained(dest)
     else:
         config = _read_json(dest / "config.json")
-        processor = Qwen2VLImageProcessorPil(
-            patch_size=config["patch_size"], temporal_patch_size=config["temporal_patch_size"],
-            merge_size=config["spatial_merge_size"],
-            size={"shortest_edge": layouts.MIN_PIXELS, "longest_edge": layouts.MAX_PIXELS},
-            image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
-    processor.save_pretrained(dest)
+        qwen3_vl.save_config(dest, patch_size=config["patch_size"], temporal_patch_size=config["temporal_patch_size"],
+                             merge_size=config["spatial_merge_size"])
     written = _read_json(dest / "preprocessor_config.json")
     merge = written.get("merge_size")
     if str(merge) != str(metadata.get("spatial_merge_size", merge)):

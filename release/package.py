@@ -39,13 +39,14 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def smoke_shapes(family_name: str, folder: Path, model: Path, threads: int | None) -> list[dict]:
-    """[{size, inputs: {name: shape}, outputs: {name: shape}}] of the fp32 model at the smoke sizes, with the
-    processor settings of `folder`/preprocessor_config.json."""
+    """[{size, inputs: {name: shape}, values: {integer input: its values}, outputs: {name: shape}}] of the fp32
+    model at the smoke sizes, with the processor of `folder`/preprocessor_config.json."""
     sess = session.open_session(model, threads)
     records = []
     for size, feeds in smoke.smoke_cases(family_name, folder):
         outputs = session.run(sess, feeds)
         records.append({"size": size, "inputs": {k: list(v.shape) for k, v in feeds.items()},
+                        "values": smoke.integer_values(feeds),
                         "outputs": {k: list(v.shape) for k, v in outputs.items()}})
     return records
 

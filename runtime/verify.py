@@ -189,7 +189,10 @@ def run_smoke(manifest: dict, folder: Path, threads: int | None) -> int:
         shapes = {k: list(v.shape) for k, v in feeds.items()}
         if recorded[size].get("inputs") != shapes:
             fail(MANIFEST, f"at {size} records input shapes {recorded[size].get('inputs')}, the processor "
-                           f"settings give {shapes}")
+                           f"gives {shapes}")
+        values = smoke.integer_values(feeds)
+        if recorded[size].get("values") != values:
+            fail(MANIFEST, f"at {size} records inputs {recorded[size].get('values')}, the processor gives {values}")
     runs = 0
     for variant in manifest["variants"]:
         file = variant["file"]

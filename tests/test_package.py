@@ -20,7 +20,7 @@ from release import __main__ as release_cli
 from release import stages
 from release.package import package, sums_text
 from runtime import __main__ as runtime_cli
-from runtime import smoke, unpack
+from runtime import unpack
 from tests.conftest import single_error
 
 NAME = "qwen3-vl-tiny"
@@ -113,12 +113,14 @@ def test_preprocessor_loads_and_grids_like_the_smoke_inputs(dist):
     config = AutoConfig.from_pretrained(folder)
     assert type(config).__name__ == "Qwen3VLVisionConfig" and config.depth == 4 and config.out_hidden_size == 96
     manifest = json.loads((folder / "manifest.json").read_text())
+    assert [case["size"] for case in manifest["smoke"]] == ["224x224", "336x336", "448x448", "512x384"]
     for case in manifest["smoke"]:
         h, w = (int(x) for x in case["size"].split("x"))
         batch = processor(images=[Image.new("RGB", (w, h))], return_tensors="np")
         assert list(batch["pixel_values"].shape) == case["inputs"]["pixel_values"]
-        size_feeds = dict(smoke.smoke_cases("qwen3-vl", folder))[case["size"]]
-        np.testing.assert_array_equal(batch["image_grid_thw"], size_feeds["grid_thw"])
+        assert batch["image_grid_thw"].tolist() == case["values"]["grid_thw"]
+        tokens = int(np.prod(batch["image_grid_thw"])) // 4
+        assert all(shape == [tokens, 96] for shape in case["outputs"].values())
 
 
 def test_verify_passes_on_folder_and_tarball(dist, capsys):
@@ -208,6 +210,16 @@ def test_verify_fails_on_tampered_manifest(dist, tmp_path, capsys):
     assert code == 1
     line = single_error(err)
     assert line.startswith("error: onnx/vision_encoder.onnx: at 224x224 gives output shapes") and "[63, 96]" in line
+
+
+def test_verify_fails_on_a_forged_smoke_grid(dist, tmp_path, capsys):
+    folder = copy_package(dist, tmp_path)
+    edit_manifest(folder, lambda m: m["smoke"][3]["values"].update(grid_thw=[[1, 24, 32]]))
+    resign(folder)
+    code, err = verify(folder, capsys)
+    assert code == 1
+    assert single_error(err) == ("error: manifest.json: at 512x384 records inputs {'grid_thw': [[1, 24, 32]]}, "
+                                 "the processor gives {'grid_thw': [[1, 32, 24]]}")
 
 
 def test_verify_fails_on_other_family(dist, tmp_path, capsys):
