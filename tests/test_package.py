@@ -398,3 +398,39 @@ def test_verify_fails_on_model_of_the_other_family(dist, phi_package, tmp_path, 
     line = single_error(err)
     assert line.startswith("error: onnx/vision_encoder.onnx: the model's metadata says family 'phi-4-mm', "
                            "manifest.json says 'qwen3-vl'")
+
+
+def test_checkpoint_package_records_the_weights_and_its_processor(tmp_path, capsys):
+    """An export from a save_pretrained checkpoint: the manifest has the path and sha256 of each safetensors
+    shard, config.json is the checkpoint's vision config, preprocessor_config.json the checkpoint's."""
+    import torch
+    import yaml
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    from builders import vision
+    from builders.config import CONFIG_DIR
+    from release.manifest import sha256
+    from runtime.preprocess import qwen3_vl
+    from tests.test_checkpoint import TEXT
+
+    vision_cfg = yaml.safe_load((CONFIG_DIR / "qwen3-vl-tiny.yaml").read_text())["vision"]
+    vision_cfg["out_hidden_size"] = 80  # differs from the config file's 96: config.json must come from here
+    torch.manual_seed(3)
+    model = Qwen3VLForConditionalGeneration(Qwen3VLConfig(vision_config=vision_cfg, text_config=TEXT))
+    checkpoint = tmp_path / "ckpt"
+    model.save_pretrained(checkpoint, max_shard_size="200KB")
+    qwen3_vl.save_config(checkpoint, max_pixels=1024 * 1024)  # the checkpoint's own processor settings
+    build = tmp_path / "build" / NAME
+    assert vision.main(["--model", "qwen3-vl-tiny", "--checkpoint", str(checkpoint), "--out",
+                        str(build / "export")]) == 0
+    folder, _ = package(build, tmp_path / "dist", threads=1)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    shards = sorted(checkpoint.glob("*.safetensors"))
+    assert len(shards) > 1 and manifest["weights"]["source"] == "checkpoint"
+    assert manifest["weights"]["checkpoint"] == str(checkpoint)
+    assert manifest["weights"]["files"] == {p.name: {"sha256": sha256(p), "size": p.stat().st_size} for p in shards}
+    assert json.loads((folder / "config.json").read_text())["out_hidden_size"] == 80
+    assert json.loads((folder / "preprocessor_config.json").read_text())["size"]["longest_edge"] == 1024 * 1024
+    assert "trained weights from the checkpoint" in (folder / "README.md").read_text()
+    code, err = verify(folder, capsys)
+    assert code == 0, err
