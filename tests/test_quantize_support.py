@@ -16,7 +16,13 @@ TOLERANCE = 1e-4
 
 
 def ops(model: ir.Model, op_type: str) -> list[ir.Node]:
+    """Nodes of `op_type` in the main graph."""
     return [n for n in model.graph if n.op_type == op_type]
+
+
+def all_ops(model: ir.Model, op_type: str) -> list[ir.Node]:
+    """Nodes of `op_type`, inside Loop bodies too (the per-frame attention)."""
+    return [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.op_type == op_type]
 
 
 class Checker:
