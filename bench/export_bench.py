@@ -1,11 +1,24 @@
-"""`python -m bench.export_bench`: export wall time and peak memory of both export paths.
+"""`python -m bench.export_bench`: wall time and peak memory of every stage of `make export`.
 
-Each path runs in its own fresh process (`python -m builders.vision`), so peak RSS is that export's
-alone. Results: bench/results/export.json and export.md. Not a test: numbers depend on the machine.
+Stages, each in its own fresh process so that its peak RSS is its own (`os.wait4` rusage of that child):
+  export-torchscript  python -m builders.vision --out WORK/export
+  export-dynamo       python -m builders.vision --dynamo --out WORK/export-dynamo
+  debake              python -m surgery debake WORK/export/model.onnx WORK/surgery/model.onnx
+  optimize            python -m quantize optimize WORK/surgery WORK/optimized
+  int8                python -m quantize int8 WORK/optimized WORK/int8 INT8_FLAGS
+  int4                python -m quantize int4 WORK/optimized WORK/int4 INT4_FLAGS
+Each peak is also given as a multiple of the fp32 model's size (model.onnx + model.onnx.data of the
+export) against the target of at most 4x. Results: RESULTS/export.json and export.md. Not a test:
+numbers depend on the machine and on what else runs on it.
 """
+
+from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -14,63 +27,142 @@ from pathlib import Path
 from bench.machine import describe, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: The memory target of every stage: peak RSS at most this many times the fp32 model's size.
+TARGET_RATIO = 4.0
+#: Same defaults as the Makefile's INT8_FLAGS / INT4_FLAGS.
+INT8_FLAGS = "--method dynamic --outliers exclude"
+INT4_FLAGS = "--block-size 128 --asymmetric --accuracy-level 4"
+STAGES = ("export-torchscript", "export-dynamo", "debake", "optimize", "int8", "int4")
+MARKER = ".export-bench"  # marks a work folder this benchmark made (and may therefore empty)
 
 
-def run_export(model: str, path: str, out: Path) -> dict:
-    """One export in a child process; its report's timings and peak RSS, plus the wall time."""
-    cmd = [sys.executable, "-m", "builders.vision", "--model", model, "--out", str(out)]
-    if path == "dynamo":
-        cmd.append("--dynamo")
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1]}")
-    report = json.loads((out / "report.json").read_text())
+def commands(model_args: list[str], work: Path, int8_flags: str, int4_flags: str) -> dict[str, list[str]]:
+    """{stage: argv} of every stage (argv without the interpreter)."""
     return {
-        "path": path,
-        "export_s": report["timings_s"]["export"],
-        "load_s": report["timings_s"]["load"],
-        "validate_s": report["timings_s"]["validate"],
-        "command_wall_s": round(wall, 1),
-        "peak_rss_mib_load_and_export": report["peak_rss_mib"]["load_and_export"],
-        "peak_rss_mib_with_validation": report["peak_rss_mib"]["total"],
-        "onnx_mib": round(sum(report["files"].values()) / 2**20, 1),
-        "validation_passed": report["validation"]["passed"],
-        "validation_cases": len(report["validation"]["cases"]),
+        "export-torchscript": ["-m", "builders.vision", *model_args, "--out", str(work / "export")],
+        "export-dynamo": ["-m", "builders.vision", *model_args, "--dynamo", "--out", str(work / "export-dynamo")],
+        "debake": ["-m", "surgery", "debake", str(work / "export" / "model.onnx"),
+                   str(work / "surgery" / "model.onnx")],
+        "optimize": ["-m", "quantize", "optimize", str(work / "surgery"), str(work / "optimized")],
+        "int8": ["-m", "quantize", "int8", str(work / "optimized"), str(work / "int8"), *shlex.split(int8_flags)],
+        "int4": ["-m", "quantize", "int4", str(work / "optimized"), str(work / "int4"), *shlex.split(int4_flags)],
     }
+
+
+def run_stage(argv: list[str], log: Path) -> dict:
+    """Run `python argv` as a child process (output to `log`); exit code, wall time and the child's peak RSS."""
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"exit": proc.returncode, "wall_s": round(time.perf_counter() - start, 1),
+            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}  # Linux: ru_maxrss in KiB
+
+
+def folder_mib(folder: Path) -> float:
+    """MiB of the model files in a stage folder (model.onnx + model.onnx.data)."""
+    return round(sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 2**20, 1)
+
+
+def stage_facts(stage: str, folder: Path) -> dict:
+    """What the stage's report says about its own run (timings, validation)."""
+    report_file = folder / "report.json"
+    if not report_file.exists():
+        return {}
+    report = json.loads(report_file.read_text())
+    facts: dict = {"timings_s": report.get("timings_s")}
+    validation = report.get("validation") or {}
+    if "passed" in validation:
+        facts["validation_passed"] = validation["passed"]
+    if "cases" in validation:
+        facts["validation_cases"] = len(validation["cases"])
+    return facts
 
 
 def markdown(results: dict) -> str:
-    rows = [
-        "| path | export (s) | peak RSS load+export (MiB) | validation (s, cases) | ONNX (MiB) | passed |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in results["runs"]:
-        rows.append(f"| {r['path']} | {r['export_s']:.1f} | {r['peak_rss_mib_load_and_export']:.0f} | "
-                    f"{r['validate_s']:.1f} ({r['validation_cases']}) | {r['onnx_mib']:.0f} | {r['validation_passed']} |")
-    return (f"Export of `{results['model']}` (random weights) on {results['machine']}, "
-            f"{results['date']}; command `python -m bench.export_bench --model {results['model']}`.\n\n"
-            + "\n".join(rows) + "\n")
+    rows = ["| stage | wall (s) | peak RSS (MiB) | × fp32 model | ≤ 4× | model out (MiB) | exit |",
+            "|---|---:|---:|---:|:---:|---:|---:|"]
+    for r in results["stages"]:
+        ratio = r.get("ratio")
+        rows.append(f"| {r['stage']} | {r['wall_s']:.0f} | {r['peak_rss_mib']:.0f} | "
+                    f"{ratio:.2f} | {'yes' if r['meets_target'] else '**no**'} | {r.get('model_mib', '')} | "
+                    f"{r['exit']} |" if ratio is not None else
+                    f"| {r['stage']} | {r['wall_s']:.0f} | {r['peak_rss_mib']:.0f} | – | – | – | {r['exit']} |")
+    return (f"Stages of `make export` for `{results['model']}` (random weights) on {results['machine']}, "
+            f"{results['date']}; fp32 model {results['fp32_mib']:.0f} MiB; target: peak RSS ≤ "
+            f"{TARGET_RATIO:g}× the fp32 model. Command `{results['command']}`. Each stage runs in its own "
+            f"process; peak RSS is that process's maximum resident set (os.wait4 rusage). "
+            f"{results['note']}\n\n" + "\n".join(rows) + "\n")
 
 
-def main() -> int:
+def prepare_work(work: Path) -> None:
+    """An empty work folder: create it, or empty one this benchmark made before (never another folder)."""
+    if work.exists():
+        if not (work / MARKER).exists() and any(work.iterdir()):
+            raise SystemExit(f"error: --work {work} exists and was not made by bench.export_bench; "
+                             "give a new folder")
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / MARKER).write_text("made by python -m bench.export_bench\n")
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen3-vl-2b")
-    parser.add_argument("--work", type=Path, default=Path("build/bench-export"))
-    args = parser.parse_args()
-    runs = [run_export(args.model, path, args.work / path) for path in ("torchscript", "dynamo")]
+    parser.add_argument("--model", default="qwen3-vl-2b", help="a config name (default qwen3-vl-2b)")
+    parser.add_argument("--config", type=Path, help="a config YAML file instead of --model")
+    parser.add_argument("--work", type=Path, help="work folder (default build/bench-export/MODEL)")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+    parser.add_argument("--int8-flags", default=INT8_FLAGS)
+    parser.add_argument("--int4-flags", default=INT4_FLAGS)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="folder for export.json / export.md")
+    parser.add_argument("--note", default="", help="a sentence for the results (e.g. other jobs running)")
+    args = parser.parse_args(argv)
+    stages = [s for s in args.stages.split(",") if s]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        parser.error(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
+    name = args.config.stem if args.config else args.model
+    work = args.work or Path("build/bench-export") / name
+    prepare_work(work)
+    model_args = ["--config", str(args.config)] if args.config else ["--model", args.model]
+    argvs = commands(model_args, work, args.int8_flags, args.int4_flags)
+    folders = {"export-torchscript": "export", "export-dynamo": "export-dynamo", "debake": "surgery",
+               "optimize": "optimized", "int8": "int8", "int4": "int4"}
+    records, fp32_mib = [], None
+    for stage in stages:
+        print(f"[export-bench] {stage}: python {' '.join(argvs[stage])}", flush=True)
+        record = {"stage": stage, "command": "python " + " ".join(argvs[stage]),
+                  **run_stage(argvs[stage], work / f"{stage}.log")}
+        folder = work / folders[stage]
+        if record["exit"] == 0:
+            record["model_mib"] = folder_mib(folder)
+            record.update(stage_facts(stage, folder))
+            if stage.startswith("export") and fp32_mib is None:
+                fp32_mib = record["model_mib"]
+        records.append(record)
+        print(f"[export-bench] {stage}: exit {record['exit']}, {record['wall_s']:.0f} s, peak RSS "
+              f"{record['peak_rss_mib']:.0f} MiB (log {work / (stage + '.log')})", flush=True)
+        if record["exit"] != 0:
+            break
+    for record in records:
+        record["ratio"] = round(record["peak_rss_mib"] / fp32_mib, 2) if fp32_mib else None
+        record["meets_target"] = record["ratio"] is not None and record["ratio"] <= TARGET_RATIO
     results = {
-        "model": args.model,
+        "model": name,
         "machine": describe(machine()),
         "date": time.strftime("%Y-%m-%d"),
-        "runs": runs,
+        "command": "python -m bench.export_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "note": args.note,
+        "fp32_mib": fp32_mib or 0.0,
+        "target_ratio": TARGET_RATIO,
+        "stages": records,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "export.json").write_text(json.dumps(results, indent=2) + "\n")
-    (RESULTS / "export.md").write_text(markdown(results))
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "export.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.results / "export.md").write_text(markdown(results))
     print(markdown(results))
-    return 0
+    return 0 if all(r["exit"] == 0 for r in records) and len(records) == len(stages) else 1
 
 
 if __name__ == "__main__":

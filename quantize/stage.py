@@ -29,19 +29,26 @@ class StageInput:
 
 
 def read_input(path: str | Path, threads: int) -> StageInput:
-    """Load IN, check it is an encoder with the I/O contract, and run it at every layout."""
+    """Load IN, check it is an encoder with the I/O contract, and run it at every layout.
+
+    The checks and the reference run read the graph alone; the weights are loaded into memory only
+    after the reference session is gone (one copy of the weights in memory at a time)."""
     model_file = onnx_io.model_path(path)
-    model = onnx_io.load(model_file, in_memory=True)
-    names = [v.name for v in model.graph.inputs]
+    graph = onnx_io.read_proto(model_file)  # no weights
+    initializers = {t.name for t in graph.graph.initializer}
+    inputs_info = [v for v in graph.graph.input if v.name not in initializers]
+    names = [v.name for v in inputs_info]
     if names != ["pixel_values", "grid_thw"]:
         raise UsageError(f"{model_file} has inputs {names}, expected ['pixel_values', 'grid_thw'] "
                          f"(a Qwen3-VL vision encoder from `python -m builders.vision`)")
-    metadata = dict(model.metadata_props)
+    metadata = {p.key: p.value for p in graph.metadata_props}
     layouts = layouts_mod.layouts_for(model_file, metadata)
-    patch_dim = int(metadata.get("patch_dim", model.graph.inputs[0].shape[1]))
+    patch_dim = int(metadata.get("patch_dim", inputs_info[0].type.tensor_type.shape.dim[1].dim_value))
+    del graph
     inputs = parity.layout_inputs(layouts, patch_dim)
     reference = parity.run_all(parity.open_session(model_file, threads), inputs)
     tolerance = float(reports.read_beside(model_file).get("tolerance", DEFAULT_TOLERANCE))
+    model = onnx_io.load(model_file, in_memory=True)
     return StageInput(model_file, model, metadata, layouts, inputs, reference, tolerance)
 
 
