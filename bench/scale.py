@@ -44,7 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="quantized stage folders of build/MODEL to include when present (default int8,int4)")
     parser.add_argument("--compare", action="append", default=[], metavar="LABEL=PATH",
                         help="another model.onnx to measure alongside (repeatable)")
-    parser.add_argument("--sides", default=",".join(map(str, SIDES)), help="square grid sides, comma-separated")
+    parser.add_argument("--sides", default=",".join(map(str, SIDES)),
+                        help="square grid sides, comma-separated; SIDE:REPS overrides --reps for one side")
     parser.add_argument("--reps", type=int, default=2, help="processes per point and variant (default 2)")
     parser.add_argument("--pack-reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
@@ -87,10 +88,11 @@ def child(model: Path, grid: list, args, singles: list | None = None, reps: int 
     return json.loads(lines[-1])
 
 
-def curve(models: dict[str, Path], sides: list[int], args) -> list[dict]:
+def curve(models: dict[str, Path], sides: dict[int, int], args) -> list[dict]:
+    """{side: repetitions} -> one record per (repetition, side, variant), repetitions outermost."""
     records = []
-    for rep in range(args.reps):
-        for side in sides:
+    for rep in range(max(sides.values())):
+        for side in (s for s, count in sides.items() if rep < count):
             grid = [[1, side, side]]
             for label, model in models.items():
                 record = child(model, grid, args)
@@ -151,8 +153,8 @@ def markdown(result: dict) -> str:
              (f"Produced by `python -m bench.scale --model {result['model']}`, {result['started']} – "
              f"{result['finished']}. Machine: {describe(result['machine'])}, shared with other jobs: load "
              f"average {result['load_average_start']} at start, {result['load_average_end']} at the end. "
-             f"{result['threads']} thread(s); every point in its own process, {result['reps']} process(es) per "
-             f"point and variant, variants interleaved; medians. Address space capped at "
+             f"{result['threads']} thread(s); every point in its own process, processes per point and variant "
+             f"{result['reps_per_side']} (by grid side), variants interleaved; medians. Address space capped at "
              f"{result['max_memory_gib']} GiB per process."), "",
              "## Seconds per call (one square image)", "",
              "| patches | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels)]
@@ -198,10 +200,10 @@ def targets(rows: list[dict], packs: list[dict], compare: list[str]) -> list[dic
 def main(argv=None) -> int:
     args = parse_args(argv)
     models = variants(args)
-    sides = [int(s) for s in args.sides.split(",")]
+    sides = {int(side): int(count or args.reps) for side, _, count in (s.partition(":") for s in args.sides.split(","))}
     say(f"variants: {', '.join(f'{k} ({v})' for k, v in models.items())}")
     result = {"model": args.model, "weights": "random (seed 0)", "machine": machine(), "threads": args.threads,
-              "reps": args.reps, "max_memory_gib": args.max_memory_gib, "load_average_start": load_average(),
+              "reps": args.reps, "reps_per_side": sides, "max_memory_gib": args.max_memory_gib, "load_average_start": load_average(),
               "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "variants": {k: str(v) for k, v in models.items()}}
     result["curve"] = curve(models, sides, args)
