@@ -124,23 +124,16 @@ def phi4_mm_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path])
     parts = []
     for path, rgb in zip(image_paths, load_images(image_paths)):
         try:
-            parts.append(phi4_mm.preprocess([rgb], config))
+            parts.append(phi4_mm.preprocess_one(rgb, config))
         except UsageError as err:
             raise UsageError(f"{path}: {err}") from None
-    most = max(p["pixel_values"].shape[1] for p in parts)
-    pixel_values = np.zeros((len(parts), most) + parts[0]["pixel_values"].shape[2:], np.float32)
-    masks = np.ones((len(parts), most) + parts[0]["image_attention_mask"].shape[2:], np.float32)
-    for i, part in enumerate(parts):  # the processor's padding: zero crops, all-ones masks
-        crops = part["pixel_values"].shape[1]
-        pixel_values[i, :crops], masks[i, :crops] = part["pixel_values"][0], part["image_attention_mask"][0]
-    pack = Pack(feeds={"pixel_values": pixel_values, "image_attention_mask": masks,
-                       "image_sizes": np.concatenate([p["image_sizes"] for p in parts])})
-    for i, (path, part) in enumerate(zip(image_paths, parts)):
+    packed = phi4_mm.pack(parts)
+    pack = Pack(feeds={k: packed[k] for k in ("pixel_values", "image_attention_mask", "image_sizes")})
+    for i, (path, (crops, _, size, tokens)) in enumerate(zip(image_paths, parts)):
         pack.names.append(f"image_{i}")
         pack.sources.append([str(path)])
-        pack.facts.append({"image_size": part["image_sizes"][0],
-                           "num_crops": np.int64(part["pixel_values"].shape[1])})
-        pack.tokens.append(part["num_img_tokens"][0])
+        pack.facts.append({"image_size": np.array(size, dtype=np.int64), "num_crops": np.int64(len(crops))})
+        pack.tokens.append(tokens)
     return pack
 
 

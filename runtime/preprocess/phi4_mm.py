@@ -146,9 +146,9 @@ def preprocess_one(image: np.ndarray, config: dict) -> tuple[np.ndarray, np.ndar
     return crops, masks, [height, width], tokens
 
 
-def preprocess(images: list[np.ndarray], config: dict) -> dict[str, np.ndarray | list[int]]:
-    """RGB uint8 images -> {pixel_values, image_attention_mask, image_sizes, num_img_tokens} (shapes above)."""
-    parts = [preprocess_one(image, config) for image in images]
+def pack(parts: list[tuple[np.ndarray, np.ndarray, list[int], int]]) -> dict[str, np.ndarray | list[int]]:
+    """`preprocess_one` results -> one pack, every image padded to the largest crop count with zero crops
+    and all-ones masks: {pixel_values, image_attention_mask, image_sizes, num_img_tokens} (shapes above)."""
     most = max(p[0].shape[0] for p in parts)
     pixel_values = np.zeros((len(parts), most) + parts[0][0].shape[1:], dtype=np.float32)
     masks = np.ones((len(parts), most) + parts[0][1].shape[1:], dtype=np.float32)
@@ -161,3 +161,8 @@ def preprocess(images: list[np.ndarray], config: dict) -> dict[str, np.ndarray |
         "image_sizes": np.array([p[2] for p in parts], dtype=np.int64),
         "num_img_tokens": [p[3] for p in parts],
     }
+
+
+def preprocess(images: list[np.ndarray], config: dict) -> dict[str, np.ndarray | list[int]]:
+    """RGB uint8 images -> {pixel_values, image_attention_mask, image_sizes, num_img_tokens} (shapes above)."""
+    return pack([preprocess_one(image, config) for image in images])
