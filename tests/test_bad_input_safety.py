@@ -293,3 +293,9 @@ def test_int4_excluding_everything(work, capsys):
     capsys.readouterr()
     message = refused(work, capsys, "quantize", ["int4", "opt", "q4", "--exclude", "."])
     assert "nothing would be quantized" in message
+
+
+def test_doctor_probe_with_another_row_count_finds_no_problem(work, capsys):
+    """A healthy model probed at another patch count is still healthy (the grid follows the probe)."""
+    assert cli("surgery")(["doctor", "export", "--probe", "pixel_values=100x1536"]) == 0
+    assert "clean: no problem found" in capsys.readouterr().out
