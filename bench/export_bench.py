@@ -8,7 +8,8 @@ Stages, each in its own fresh process so that its peak RSS is its own (`os.wait4
   int8                python -m quantize int8 WORK/optimized WORK/int8 INT8_FLAGS
   int4                python -m quantize int4 WORK/optimized WORK/int4 INT4_FLAGS
 Each peak is also given as a multiple of the fp32 model's size (model.onnx + model.onnx.data of the
-export) against the target of at most 4x. Results: RESULTS/export.json and export.md. Not a test:
+export) against the target of at most 4x. Results: RESULTS/export.json and export.md (Qwen3-VL 2B;
+another model: export-NAME.json / .md). Not a test:
 numbers depend on the machine and on what else runs on it.
 """
 
@@ -33,6 +34,7 @@ TARGET_RATIO = 4.0
 INT8_FLAGS = "--method dynamic --outliers exclude"
 INT4_FLAGS = "--block-size 128 --asymmetric --accuracy-level 4"
 STAGES = ("export-torchscript", "export-dynamo", "debake", "optimize", "int8", "int4")
+DEFAULT_NAMES = ("qwen3-vl", "qwen3-vl-2b")  # written as export.json / export.md; other models as export-NAME.*
 MARKER = ".export-bench"  # marks a work folder this benchmark made (and may therefore empty)
 
 
@@ -159,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         "stages": records,
     }
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "export.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.results / "export.md").write_text(markdown(results))
+    stem = "export" if name in DEFAULT_NAMES else f"export-{name}"  # other models do not replace the 2B table
+    (args.results / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.results / f"{stem}.md").write_text(markdown(results))
     print(markdown(results))
     return 0 if all(r["exit"] == 0 for r in records) and len(records) == len(stages) else 1
 
