@@ -62,14 +62,15 @@ def build_random(config: ModelConfig, seed: int) -> Phi4MultimodalImageEmbedding
     """The image embedding at the config's dimensions with the model's own initialisation under `seed`.
 
     The model initialises both separators to zero, which would hide a misplaced separator: they are
-    drawn from normal(0, 1) here.
+    drawn from normal(0, 1) here. Inference only: no parameter requires grad (otherwise the TorchScript
+    trace keeps every layer's activations for backward: 3x the export's peak memory).
     """
     torch.manual_seed(seed)
     embed = Phi4MultimodalImageEmbedding(embedding_config(config.vision, config.path)).float().eval()
     with torch.no_grad():
         embed.sub_img_feature_extensor.normal_()
         embed.global_img_feature_extensor.normal_()
-    return embed
+    return embed.requires_grad_(False)
 
 
 def build_from_checkpoint(checkpoint: str) -> tuple[Phi4MultimodalImageEmbedding, Path]:
@@ -94,7 +95,7 @@ def build_from_checkpoint(checkpoint: str) -> tuple[Phi4MultimodalImageEmbedding
         embed = Phi4MultimodalImageEmbedding(config)
     embed = embed.to_empty(device="cpu").float()
     ckpt.load_into(embed, state, folder)
-    return embed.eval(), folder
+    return embed.eval().requires_grad_(False), folder
 
 
 def feature_depth(embed: Phi4MultimodalImageEmbedding) -> int:
