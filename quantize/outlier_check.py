@@ -65,12 +65,15 @@ def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, t
     taps = {n.inputs[0].name for n, _ in nodes}
     proto = onnx.load(str(model_file), load_external_data=False)
     proto.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in sorted(taps))
-    tapped = work / "tapped.onnx"
-    onnx_io.save_proto(proto, tapped)  # beside model_file: its external weights (if any) resolve from there
-    session = open_session(tapped, threads)
-    names = [o.name for o in session.get_outputs()]
-    values = dict(zip(names, session.run(None, feed)))
-    del session
+    tapped = model_file.with_name("tapped.onnx")  # beside model_file: external weights resolve only there
+    onnx.save(proto, str(tapped))  # the weights stay where model_file keeps them
+    try:
+        session = open_session(tapped, threads)
+        names = [o.name for o in session.get_outputs()]
+        values = dict(zip(names, session.run(None, feed)))
+        del session
+    finally:
+        tapped.unlink()
     records = []
     for node, weight_name in nodes:
         x = values[node.inputs[0].name]
