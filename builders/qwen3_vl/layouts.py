@@ -1,4 +1,5 @@
-"""Image layouts for validation: what the Qwen processor makes of common sizes, packs, videos, and
+"""Image layouts for validation: what the Qwen processor makes of common sizes (one of them large,
+1024x1024 = 4,096 patches, so that a buffer quadratic in the patch count shows), packs, videos, and
 layouts with the export example's patch count but another shape (where traced graphs lie).
 
 A case is (name, pixel_values float32 [N, 1536], grid_thw int64 [I, 3]).
