@@ -60,7 +60,7 @@ def say(message: str) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-vl")
-    parser.add_argument("--reps", type=int, default=3, help="timed rounds over all points (default 3)")
+    parser.add_argument("--reps", type=int, default=5, help="timed rounds over all points (default 5)")
     parser.add_argument("--only", action="append", default=[], metavar="LABEL",
                         help="sweep only the points whose label contains this (repeatable)")
     parser.add_argument("--build", type=Path, default=ROOT / "build")
