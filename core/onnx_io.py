@@ -13,6 +13,7 @@ IR version: files are written with `ir_version <= MAX_IR_VERSION`; inputs newer 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -120,6 +121,7 @@ def load(path: str | os.PathLike, in_memory: bool = False) -> ir.Model:
     """
     path = model_path(path)
     read_proto(path)
+    gc.collect()  # a dropped onnx-ir model (reference cycles) frees its weights before this one loads
     try:
         model = ir.load(str(path))
         if in_memory:
