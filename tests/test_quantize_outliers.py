@@ -1,0 +1,77 @@
+"""The outlier-stress weight edit (quantize/outliers.py) and the fp32 restore of the exclusion search."""
+
+from functools import partial
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+from core import onnx_io
+from core.session import open_session
+from quantize import __main__ as cli
+from quantize import outlier_check, outliers, quantizers, stage
+from quantize.layouts import random_inputs
+from tests import test_quantize_support as support
+
+
+@pytest.fixture(scope="module")
+def optimized(tiny_exports, tmp_path_factory):
+    out = tmp_path_factory.mktemp("outliers") / "optimized"
+    assert cli.main(["optimize", str(tiny_exports["torchscript"]), str(out), "--threads", "1"]) == 0
+    return out / "model.onnx"
+
+
+def weights(model: ir.Model) -> dict[str, np.ndarray]:
+    return {name: v.const_value.numpy().copy() for name, v in model.graph.initializers.items()
+            if v.const_value is not None}
+
+
+def test_writers_get_scaled_columns_and_nothing_else_changes(optimized):
+    model = onnx_io.load(optimized, in_memory=True)
+    before = weights(model)
+    record = outliers.stress(model)
+    after = weights(model)
+    channels, factors = record["channels"], np.asarray(record["factors"], dtype=np.float32)
+    assert len(channels) == outliers.NUM_CHANNELS and factors.min() == 20 and factors.max() == 100
+    blocks = {f"visual.blocks.{i}.{n}.weight.matmul" for i in range(support.DEPTH) for n in ("attn.proj", "mlp.linear_fc2")}
+    written = {w["weight"] for w in record["writers"]}
+    assert blocks <= written and any("patch_embed" in w for w in written)
+    for name in blocks:
+        others = [c for c in range(before[name].shape[1]) if c not in channels]
+        np.testing.assert_allclose(after[name][:, channels], before[name][:, channels] * factors, rtol=1e-6)
+        np.testing.assert_array_equal(after[name][:, others], before[name][:, others])
+    untouched = [n for n in before if n not in written and n in after and not n.startswith("visual.patch_embed")]
+    assert untouched and all(np.array_equal(before[n], after[n]) for n in untouched)  # e.g. qkv, fc1, norms
+
+
+def test_residual_stream_carries_the_outliers(optimized):
+    """Every residual sum (SkipLayerNormalization output 3): the chosen channels >= 10x the others."""
+    model = onnx_io.load(optimized, in_memory=True)
+    record = outliers.stress(model)
+    _, sums = outliers.residual_contributions(model)
+    model.graph.outputs.extend(sums)
+    feed = random_inputs([[1, 16, 16]], 1536, 0)
+    values = open_session(model, 1).run(None, feed)[-len(sums):]
+    assert len(values) == 2 * support.DEPTH + 1
+    for value in values:
+        peak = np.abs(value).max(axis=0)
+        others = np.delete(peak, record["channels"])
+        assert peak[record["channels"]].min() >= 10 * others.max()
+
+
+def test_restore_fp32_of_every_matmul_is_the_fp32_model(optimized, tmp_path):
+    model = onnx_io.load(optimized, in_memory=True)
+    stage.name_nodes(model)
+    fp32 = tmp_path / "fp32.onnx"
+    onnx_io.save(model, fp32)
+    names = [n.name for n, _ in quantizers.quantizable(model)]
+    feed = random_inputs([[1, 12, 20], [2, 8, 8]], 1536, 1)
+    reference = open_session(fp32, 1).run(None, feed)
+    for quantize in (partial(quantizers.dynamic, per_channel=True),
+                     partial(quantizers.matmul_nbits, bits=8, block_size=32, symmetric=True, accuracy_level=4)):
+        quantize(fp32, tmp_path / "q.onnx", [])
+        outlier_check.restore_fp32(tmp_path / "q.onnx", fp32, names, tmp_path / "back.onnx")
+        back = onnx_io.load(tmp_path / "back.onnx")
+        assert not [n for n in back.graph if n.op_type in quantizers.QUANTIZED_OPS or "Quantize" in n.op_type]
+        for got, ref in zip(open_session(tmp_path / "back.onnx", 1).run(None, feed), reference):
+            np.testing.assert_array_equal(got, ref)
