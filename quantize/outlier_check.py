@@ -2,12 +2,12 @@
 
 On the outlier-stress copy of the input (`quantize.outliers`: residual channels scaled 20-100x):
 1. sensitivity: each quantizable MatMul alone, quantized by the stage's own quantizer as a one-node
-   model and fed its fp32 input from the stressed model at the probe layout; its output is compared
+   model and fed its fp32 input from the stressed model at the first probe layout; its output is compared
    with the fp32 MatMul's (min per-token cosine). The lowest cosines are the MatMuls whose inputs the
    quantizer cannot represent.
 2. exclusion (mode "exclude"): the whole stressed model is quantized once, then the k most sensitive
    MatMuls are put back in fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
-   at the probe layout reaches the target; then bisected down to the smallest such k.
+   at the probe layouts (PROBE_CASES) reaches the target; then bisected down to the smallest such k.
 3. validation: the stressed model quantized with the final exclusions, at every validation layout.
 Mode "report" does only 3, with no exclusion. The caller applies the exclusions to the real model.
 """
@@ -33,12 +33,13 @@ from quantize import outliers, parity, quantizers
 Quantizer = Callable[[Path, Path, list[str]], None]
 DEFAULT_TARGET = 0.99
 MODES = ("exclude", "report", "off")
-PROBE_CASE = "export example"
+#: The layouts the search runs at (two images; image + video + image), those present, else the first.
+PROBE_CASES = ("export example", "pack image + video t=2 + image")
 
 
-def probe_index(layouts: list[dict]) -> int:
-    """The layout the search runs at: the export example (two images) when present, else the first."""
-    return next((i for i, lay in enumerate(layouts) if lay["case"] == PROBE_CASE), 0)
+def probe_indices(layouts: list[dict]) -> list[int]:
+    """Indices of the PROBE_CASES in `layouts` (the first layout when none is there)."""
+    return [i for i, lay in enumerate(layouts) if lay["case"] in PROBE_CASES] or [0]
 
 
 def make_stressed(src: Path, dst: Path) -> dict:
@@ -49,9 +50,10 @@ def make_stressed(src: Path, dst: Path) -> dict:
     return record
 
 
-def _token_cosine(session, feed: dict, reference: list[np.ndarray]) -> float:
-    got = session.run(None, feed)
-    return min(metrics.min_token_cosine(g, r) for g, r in zip(got, reference))
+def _token_cosine(session, feeds: list[dict], references: list[list[np.ndarray]]) -> float:
+    """Min per-token cosine over every output of every feed."""
+    return min(metrics.min_token_cosine(g, r) for feed, reference in zip(feeds, references)
+               for g, r in zip(session.run(None, feed), reference))
 
 
 def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, threads: int) -> list[dict]:
@@ -144,9 +146,9 @@ def _read_names(nodes) -> set[str]:
     return names
 
 
-def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[str], feed: dict,
-           reference: list[np.ndarray], target: float, threads: int) -> tuple[int, list[dict]]:
-    """Smallest k such that leaving `ranked[:k]` fp32 (plus `skip`) reaches `target` at the probe.
+def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[str], feeds: list[dict],
+           references: list[list[np.ndarray]], target: float, threads: int) -> tuple[int, list[dict]]:
+    """Smallest k such that leaving `ranked[:k]` fp32 (plus `skip`) reaches `target` at the probe layouts.
 
     The stressed model is quantized once; each trial puts k MatMuls back (`restore_fp32`). Files go
     beside `stressed` (external weights resolve only within a model's folder).
@@ -160,7 +162,7 @@ def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[st
     def trial(k: int) -> float:
         if k not in trials:
             restore_fp32(full, stressed, ranked[:k], trial_file)
-            trials[k] = _token_cosine(open_session(trial_file, threads), feed, reference)
+            trials[k] = _token_cosine(open_session(trial_file, threads), feeds, references)
             say(f"  outlier stress: {k} MatMul(s) fp32 -> min per-token cosine {trials[k]:.5f}")
         return trials[k]
 
@@ -208,17 +210,17 @@ def run(stressed: Stressed, quantize: Quantizer, skip: list[str], layouts: list[
     record, reference = stressed.record, stressed.reference
     with tempfile.TemporaryDirectory(prefix="outlier-stress-", dir=stressed.path.parent) as tmp:
         work = Path(tmp)
-        probe = probe_index(layouts)
+        probe = probe_indices(layouts)
         ranked: list[dict] = []
         excluded: list[str] = []
         trials: list[dict] = []
         if mode == "exclude":
             with step("outlier stress: sensitivity of each MatMul alone", timings):
-                ranked = sensitivity(stressed.path, quantize, inputs[probe], work, threads)
+                ranked = sensitivity(stressed.path, quantize, inputs[probe[0]], work, threads)
             candidates = [r["node"] for r in ranked if r["node"] not in skip]
             with step(f"outlier stress: MatMuls to keep fp32 for min per-token cosine >= {target}", timings):
-                k, trials = search(stressed.path, quantize, candidates, skip, inputs[probe], reference[probe],
-                                   target, threads)
+                k, trials = search(stressed.path, quantize, candidates, skip, [inputs[i] for i in probe],
+                                   [reference[i] for i in probe], target, threads)
             excluded = candidates[:k]
         with step("outlier stress: quantized vs fp32 at the validation layouts", timings):
             final = work / "final.onnx"
@@ -230,7 +232,7 @@ def run(stressed: Stressed, quantize: Quantizer, skip: list[str], layouts: list[
                 "the stressed model quantized the same way, compared with its own fp32 outputs"),
         "channels": record["channels"], "factors": record["factors"], "hidden": record["hidden"],
         "writers_scaled": record["writers"], "not_traced": record["not_traced"],
-        "mode": mode, "target_min_token_cosine": target, "probe_case": layouts[probe]["case"],
+        "mode": mode, "target_min_token_cosine": target, "probe_cases": [layouts[i]["case"] for i in probe],
         "sensitivity": ranked, "search": trials, "excluded": excluded,
         "validation": {"reference": "outlier-stress fp32 model in ONNX Runtime", **worst, "cases": cases},
         "met": worst["min_token_cosine"] is not None and worst["min_token_cosine"] >= target,
