@@ -22,6 +22,7 @@ from core import onnx_io
 from core import report as reports
 from core.errors import CheckFailed
 from core.progress import say, step
+from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from quantize import parity, stage
 from quantize.passes import (
@@ -67,7 +68,7 @@ def optimize(source: stage.StageInput, skip: set[str], threads: int,
         if not check_each:
             records.append({"pass": key, "title": title, "rewrites": made, "checked": False})
             continue
-        cases = parity.check(parity.open_session(model, threads), source.layouts, source.inputs,
+        cases = parity.check(open_session(model, threads), source.layouts, source.inputs,
                              source.reference, source.tolerance)
         gc.collect()  # the pass's session (ORT's copy of the weights) is gone before the next pass
         max_abs, cosine = parity.worst(cases)
@@ -101,7 +102,7 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: b
         del model  # the check below runs the saved file: ORT's copy of the weights is the only one
         gc.collect()
         with step("validate the saved model", timings):
-            cases = parity.check(parity.open_session(tmp / "model.onnx", threads), source.layouts,
+            cases = parity.check(open_session(tmp / "model.onnx", threads), source.layouts,
                                  source.inputs, source.reference, source.tolerance)
         report = {
             **stage.report_header("optimize", source),

@@ -10,6 +10,7 @@ from core import onnx_io
 from core import report as reports
 from core.errors import UsageError
 from core.parity import DEFAULT_TOLERANCE
+from core.session import open_session
 from quantize import layouts as layouts_mod
 from quantize import parity
 
@@ -46,7 +47,7 @@ def read_input(path: str | Path, threads: int) -> StageInput:
     patch_dim = int(metadata.get("patch_dim", inputs_info[0].type.tensor_type.shape.dim[1].dim_value))
     del graph
     inputs = parity.layout_inputs(layouts, patch_dim)
-    reference = parity.run_all(parity.open_session(model_file, threads), inputs)
+    reference = parity.run_all(open_session(model_file, threads), inputs)
     tolerance = float(reports.read_beside(model_file).get("tolerance", DEFAULT_TOLERANCE))
     model = onnx_io.load(model_file, in_memory=True)
     return StageInput(model_file, model, metadata, layouts, inputs, reference, tolerance)

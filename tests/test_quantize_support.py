@@ -7,6 +7,7 @@ import numpy as np
 import onnx_ir as ir
 import yaml
 
+from core.session import open_session
 from quantize import layouts, parity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,11 +33,11 @@ class Checker:
         self.layouts = layouts.from_reports(model_file)
         assert self.layouts and len(self.layouts) >= 10
         self.inputs = parity.layout_inputs(self.layouts, 1536)
-        self.reference = parity.run_all(parity.open_session(model_file, 1), self.inputs)
+        self.reference = parity.run_all(open_session(model_file, 1), self.inputs)
 
     def max_abs(self, model: ir.Model) -> float:
         """Largest max abs diff over layouts and outputs (asserts every layout is within tolerance)."""
-        records = parity.check(parity.open_session(model, 1), self.layouts, self.inputs, self.reference,
+        records = parity.check(open_session(model, 1), self.layouts, self.inputs, self.reference,
                                TOLERANCE)
         bad = [r["case"] for r in records if not r["ok"]]
         assert not bad, f"parity fails at {bad}"
@@ -44,4 +45,4 @@ class Checker:
 
 
 def run_graph(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return parity.open_session(model, 1).run(None, feeds)
+    return open_session(model, 1).run(None, feeds)
