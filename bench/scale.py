@@ -140,6 +140,13 @@ def pack_costs(models: dict[str, Path], args) -> list[dict]:
     return rows
 
 
+def why(error: str, result: dict) -> str:
+    """An allocation failure under the cap in a few words, else the error's start."""
+    if "allocate" in error.lower() or "bfc_arena" in error:
+        return f"could not allocate under the {result['max_memory_gib']:.0f} GiB address-space cap"
+    return error[:120]
+
+
 def markdown(result: dict) -> str:
     rows, labels = result["curve_summary"], list(result["variants"])
     sizes = sorted({r["num_patches"] for r in rows})
@@ -164,7 +171,7 @@ def markdown(result: dict) -> str:
     lines += [f"| {n} | " + " | ".join(show(v, n, "peak_minus_weights_mib", "{:.0f}") for v in labels) + " |"
               for n in sizes]
     lines += ["", "Model files: " + ", ".join(f"{v} {cell[(v, sizes[0])]['weights_mib']:.0f} MiB" for v in labels)
-              + ". Failures: " + ("; ".join(f"{r['variant']} at {r['num_patches']}: {r['error'][:120]}"
+              + ". Failures: " + ("; ".join(f"{r['variant']} at {r['num_patches']}: {why(r['error'], result)}"
                                            for r in rows if r.get("error")) or "none") + ".", ""]
     lines += ["## Mixed pack against its single calls", "", "| variant | pack (s) | two calls (s) | pack / two calls |",
               "|---|---:|---:|---:|"]
