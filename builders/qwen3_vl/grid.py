@@ -19,7 +19,6 @@ from transformers.vision_utils import _interpolation_axis_taps_weights
 class PatchLayout:
     """Per-patch coordinates, each int64 [N]."""
 
-    image: torch.Tensor  # index of the image (or video) the patch belongs to, 0..I-1
     row: torch.Tensor  # patch row inside its frame, 0..h-1
     col: torch.Tensor  # patch column inside its frame, 0..w-1
     height: torch.Tensor  # h of the patch's image
@@ -27,7 +26,7 @@ class PatchLayout:
 
 
 def patch_layout(grid_thw: torch.Tensor, num_patches: torch.Tensor | int, merge: int) -> PatchLayout:
-    """Decode each of the N packed patches into (image, row, col) and its image's (height, width).
+    """Decode each of the N packed patches into (row, col) and its image's (height, width).
 
     grid_thw int64 [I, 3]; num_patches = N = sum(t*h*w) (a traced size, not a Python constant).
     """
@@ -50,7 +49,6 @@ def patch_layout(grid_thw: torch.Tensor, num_patches: torch.Tensor | int, merge:
     block_row = torch.div(block, blocks_w, rounding_mode="floor")
     block_col = block - block_row * blocks_w
     return PatchLayout(
-        image=image,
         row=block_row * merge + in_row,
         col=block_col * merge + in_col,
         height=height,
