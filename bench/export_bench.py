@@ -31,7 +31,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: The memory target of every stage: peak RSS at most this many times the fp32 model's size.
 TARGET_RATIO = 4.0
 #: Same defaults as the Makefile's INT8_FLAGS / INT4_FLAGS.
-INT8_FLAGS = "--method dynamic --outliers exclude"
+INT8_FLAGS = "--method nbits --block-size 32 --symmetric --accuracy-level 4 --outliers exclude"
 INT4_FLAGS = "--block-size 128 --symmetric --accuracy-level 4"
 STAGES = ("export-torchscript", "export-dynamo", "debake", "optimize", "int8", "int4")
 DEFAULT_NAMES = ("qwen3-vl", "qwen3-vl-2b")  # written as export.json / export.md; other models as export-NAME.*
