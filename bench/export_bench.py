@@ -98,6 +98,19 @@ def markdown(results: dict) -> str:
             f"{results['note']}\n\n" + "\n".join(rows) + "\n")
 
 
+def _without_note(argv: list[str]) -> list[str]:
+    """The command's arguments without `--note TEXT` (the note is printed on its own)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            out.append(arg)
+    return out
+
+
 def prepare_work(work: Path) -> None:
     """An empty work folder: create it, or empty one this benchmark made before (never another folder)."""
     if work.exists():
@@ -154,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": name,
         "machine": describe(machine()),
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python -m bench.export_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench.export_bench " + " ".join(_without_note(argv if argv is not None else sys.argv[1:])),
         "note": args.note,
         "fp32_mib": fp32_mib or 0.0,
         "target_ratio": TARGET_RATIO,
