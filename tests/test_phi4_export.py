@@ -107,7 +107,7 @@ def test_export_is_not_causal(exports, cases, tiny, path):
         vision._attn_implementation = "eager"
     features = session.run(session.open_session(exports[path]), inputs)[spec.OUTPUT_NAME]
     assert compare(features, bidirectional, CONFIG.tolerance)["ok"]
-    assert not compare(features, causal, 0.1)["ok"]
+    assert not compare(features, causal, CONFIG.tolerance)["ok"]
 
 
 def test_patcher_restores_the_attention(tiny):
