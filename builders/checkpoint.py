@@ -10,6 +10,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from core.errors import UsageError
+from core.report import read_json_object
 
 INDEX = "model.safetensors.index.json"
 
@@ -45,14 +46,8 @@ def _fetch_from_hub(repo_id: str, prefixes: tuple[str, ...]) -> Path:
 
 
 def read_config_json(path: Path) -> dict:
-    """A checkpoint's config.json as a dict; UsageError naming the file when it is not a JSON object."""
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"checkpoint {path} is not valid JSON ({err}); save the checkpoint again") from None
-    if not isinstance(raw, dict):
-        raise UsageError(f"checkpoint {path} is not a JSON object; save the checkpoint again")
-    return raw
+    """A checkpoint's JSON file (config.json, the shard index) as a dict; UsageError naming the file."""
+    return read_json_object(path, "checkpoint file", "save the checkpoint again")
 
 
 def load_prefixed_state_dict(folder: Path, prefixes: tuple[str, ...]) -> tuple[dict, str]:

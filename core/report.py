@@ -14,18 +14,21 @@ from core.onnx_io import write_json
 from core.staging import REPORT
 
 
+def read_json_object(path: str | Path, what: str, fix: str) -> dict:
+    """The JSON object in `path`; UsageError '<what> <path> is not valid JSON (...); <fix>' otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise UsageError(f"{what} {path} is not valid JSON ({err}); {fix}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} {path} is not a JSON object; {fix}")
+    return data
+
+
 def read_beside(model_file: str | Path) -> dict:
     """The report.json beside a model file ({} when there is none); UsageError when it is unreadable."""
     path = Path(model_file).with_name(REPORT)
-    if not path.exists():
-        return {}
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{path} is not a readable JSON report ({err}); fix it or remove it") from None
-    if not isinstance(report, dict):
-        raise UsageError(f"{path} is not a stage report (a JSON object); fix it or remove it")
-    return report
+    return read_json_object(path, "report", "fix it or remove it") if path.exists() else {}
 
 
 def write(folder: str | Path, report: dict) -> None:

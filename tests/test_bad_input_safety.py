@@ -166,7 +166,7 @@ def test_broken_model_files(work, capsys, kind, words, command):
 
 def test_bad_report_beside_the_input(work, capsys):
     (work / "export" / "report.json").write_text("{not json")
-    assert "not a readable JSON report" in refused(work, capsys, "quantize", ["optimize", "export", "out"])
+    assert "is not valid JSON" in refused(work, capsys, "quantize", ["optimize", "export", "out"])
 
 
 def test_newer_ir_version_names_the_reason(work, capsys):
