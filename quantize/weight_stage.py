@@ -126,6 +126,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     source = prepared.source
     try:
         skip = excluded(prepared.nodes, exclude)
+        if len(skip) == len(prepared.nodes):
+            raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(prepared.nodes)} MatMul(s): nothing "
+                             "would be quantized; narrow the pattern")
         stress = None
         if outliers != "off":
             stress = outlier_check.run(prepared.stressed, quantize, skip, source.layouts, source.inputs, outliers,
