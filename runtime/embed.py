@@ -16,7 +16,6 @@ exit 2, with nothing written.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 from core import session
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
+from core.report import read_json_object
 from core.staging import check_result_file, staged_file
 from runtime import contract, images, unpack
 from runtime.preprocess import phi4_mm, qwen3_vl, qwen3_vl_video
@@ -49,12 +49,9 @@ def read_manifest(folder: Path) -> dict:
     path = folder / "manifest.json"
     if not path.is_file():
         raise UsageError(f"{folder} is not a release package: manifest.json is missing")
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{path} is not valid JSON ({err})") from None
-    if not isinstance(manifest, dict) or manifest.get("family") not in FAMILIES:
-        family = manifest.get("family") if isinstance(manifest, dict) else None
+    manifest = read_json_object(path, "manifest", "build or unpack the package again")
+    if manifest.get("family") not in FAMILIES:
+        family = manifest.get("family")
         raise UsageError(f"{path}: family {family!r} is not one `embed` knows ({', '.join(FAMILIES)})")
     return manifest
 

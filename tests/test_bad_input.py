@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from builders import vision
+from core.errors import UsageError
 from runtime import __main__ as runtime_cli
 from runtime import contract
-from core.errors import UsageError
 from tests.conftest import single_error
 
 

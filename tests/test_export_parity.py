@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from builders import onnx_export, validate
-from core import onnx_io
 from builders.config import load_config
 from builders.qwen3_vl import family, layouts
 from builders.qwen3_vl.model import build_random
-from core import session
+from core import onnx_io, session
 
 PATHS = ["torchscript", "dynamo"]
 # Seeded random packs plus the awkward ones: odd multiples, a single-row strip, mixed packs with video.

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import UsageError
+from core.report import read_json_object
 from runtime.preprocess.qwen3_vl_video import normalize
 from runtime.preprocess.resample import resize_bicubic, resize_uint8_aa
 
@@ -56,11 +57,8 @@ def load_config(folder: str | Path) -> dict:
     path = Path(folder) / CONFIG_FILE
     if not path.is_file():
         raise UsageError(f"{path} is missing (a package holds the processor's preprocessor_config.json)")
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{path} is not valid JSON ({err})") from None
-    if not isinstance(raw, dict) or "dynamic_hd" not in raw:
+    raw = read_json_object(path, "processor config", "build or unpack the package again")
+    if "dynamic_hd" not in raw:
         raise UsageError(f"{path} is not a Phi-4-multimodal image processor config (no dynamic_hd)")
     config = {**DEFAULTS, **{k: raw[k] for k in DEFAULTS if k in raw}}
     if config["size"].get("height") != config["size"].get("width"):
