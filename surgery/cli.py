@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
 from core.onnx_io import copy_model, has_external_data, load, model_path, save
+from core.progress import say, step
 from core.staging import StagedFile, check_file_output, check_folder_output
 from surgery import audit as audit_mod
 from surgery import debake as debake_mod
@@ -25,7 +26,7 @@ from surgery import set_batch as set_batch_mod
 from surgery.grid import resolve_grid
 from surgery.probe import declared, neutral, probe_feeds
 from surgery.probe_sizes import guess_shapes, other_sizes
-from surgery.run import fmt_dims, log, parse_named_shapes, timed, try_run
+from surgery.run import fmt_dims, parse_named_shapes, try_run
 
 
 def _grid_options(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "output", None) is not None:
             _check_out(args)  # before any work: a bad OUT is found in a second, not after the run
         code = COMMANDS[args.command](args)
-        log(f"{args.command} done in {time.perf_counter() - start:.1f} s (exit {code})")
+        say(f"{args.command} done in {time.perf_counter() - start:.1f} s (exit {code})")
         return code
 
     return main_wrapper(body)
@@ -145,12 +146,12 @@ def _write_verified(args, new, report: dict, verify) -> int:
 
 
 def cmd_debake(args) -> int:
-    with timed(f"loading {args.input}"):
+    with step(f"loading {args.input}"):
         model = load(args.input)
     grid = resolve_grid(model, args.grid, args.merge)
     debake_mod.grid_inputs(model, args.patches_input, args.grid_input)
     source = "--grid" if args.grid else "metadata"
-    with timed("looking for grid constants"):
+    with step("looking for grid constants"):
         new, report = debake_mod.debake(model, grid, args.patches_input, args.grid_input)
     findings = report["findings"]
     print(f"debake: export grid {grid.to_json()} (merge {grid.merge}, from {source}): "
@@ -171,10 +172,10 @@ def cmd_debake(args) -> int:
     write = bool(report["fixed"]) or debake_mod.record_grid(new, grid)
     with _staged(args) as stage:
         if write:
-            with timed(f"writing {'with external data ' if external else ''}to a temporary folder"):
+            with step(f"writing {'with external data ' if external else ''}to a temporary folder"):
                 save(new, stage.model_path, external=external or None)
         else:
-            with timed("copying IN"):
+            with step("copying IN"):
                 copy_model(args.input, stage.dir, stage.model_path.name)
         verification = debake_mod.verify(args.input, stage.model_path, model, grid, bool(report["fixed"]),
                                          report["unfixable"], args.patches_input, args.grid_input)
@@ -278,7 +279,7 @@ def cmd_set_batch(args) -> int:
     if batch is not None and batch % chunk:
         raise UsageError(f"--batch {batch} is not a multiple of the old batch {chunk}, so samples cannot be checked "
                        "against the original; pick a multiple")
-    with timed("rewriting batch constants and finding each output's batch layout"):
+    with step("rewriting batch constants and finding each output's batch layout"):
         new, report = set_batch_mod.set_batch(model, batch, shapes, args.contiguous)
     layouts = report.pop("layouts")
     print(f"set-batch: batch {report['old_batch']} -> {report['new_batch']} (probe batch {report['probe_batch']})")
@@ -302,7 +303,7 @@ def cmd_set_batch(args) -> int:
         saved = load(stage.model_path)
         ok, lines = True, []
         for size in sizes:
-            with timed(f"verifying at batch {size}"):
+            with step(f"verifying at batch {size}"):
                 good, more = set_batch_mod.verify(saved, model, report["probe"], size, chunk, layouts)
             ok &= good
             lines += more

@@ -16,6 +16,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from core.errors import UsageError
+from core.progress import step
 from surgery.grid import Emitter, Grid, grid_feeds
 from surgery.grid_constants import Finding, architecture_values, collisions, expected_dims, find, node_name
 from surgery.run import (
@@ -26,7 +27,6 @@ from surgery.run import (
     one_line,
     open_session,
     random_array,
-    timed,
 )
 
 
@@ -153,14 +153,14 @@ def _verify(src, out, model, grid, changed, unfixable, patches_input, grid_input
     result = {"ok": True, "lines": []}
     arch = architecture_values(model.graph)
     with contextlib.ExitStack() as stack:
-        with timed("loading OUT in ONNX Runtime"):
+        with step("loading OUT in ONNX Runtime"):
             session = stack.enter_context(open_session(out))
         names = [o.name for o in session.get_outputs()]
         feeds = _feeds(model, grid, channels, patches_input, grid_input)
-        with timed(f"running OUT at the export grid {grid.to_json()}"):
+        with step(f"running OUT at the export grid {grid.to_json()}"):
             got = dict(zip(names, session.run(names, feeds)))
         if changed:
-            with timed(f"loading IN in ONNX Runtime and running it at the export grid {grid.to_json()}"), \
+            with step(f"loading IN in ONNX Runtime and running it at the export grid {grid.to_json()}"), \
                     open_session(src) as original:
                 ref = dict(zip(names, original.run(names, feeds)))
             ok, lines = compare_outputs(got, ref)
@@ -172,7 +172,7 @@ def _verify(src, out, model, grid, changed, unfixable, patches_input, grid_input
                                    + ", ".join(f"{k} {list(v.shape)}" for k, v in got.items()))
         feeds_other = _feeds(model, other, channels, patches_input, grid_input)
         try:
-            with timed(f"running OUT at another grid {other.to_json()}"):
+            with step(f"running OUT at another grid {other.to_json()}"):
                 got_other = dict(zip(names, session.run(names, feeds_other)))
         except ORT_ERRORS as exc:
             if unfixable:

@@ -23,6 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from core.errors import CheckFailed
+from core.progress import step
 from surgery import dataflow
 from surgery.batch_constants import debatch
 from surgery.grid import Grid
@@ -37,7 +38,7 @@ from surgery.probe import (
     stale,
 )
 from surgery.probe_sizes import other_sizes
-from surgery.run import random_array, timed, try_run
+from surgery.run import random_array, try_run
 
 #: At most this many input symbols get their own extra probe run.
 MAX_SYMBOL_PROBES = 8
@@ -62,12 +63,12 @@ def diagnose(model: ir.Model, probe_shapes: dict[str, tuple[int, ...]], grid: Gr
     feeds = probe_feeds(model, probe_shapes, grid)
     problems: list[dict] = []
     notes: list[dict] = []
-    with timed("running the model as written"):
+    with step("running the model as written"):
         _, error = try_run(model, feeds)
     if error:
         problems.append({"kind": "fails-in-ort", "message": f"fails in ONNX Runtime at {_shapes(feeds)}: {error}"})
     decl = declared(model)
-    with timed(f"running it without shape claims, {len(decl)} declared tensors as outputs"):
+    with step(f"running it without shape claims, {len(decl)} declared tensors as outputs"):
         real, _, neutral_error = observe(model, feeds)
     conflicting: set[str] = set()
     runs: list[tuple[str, dict]] = []
@@ -101,7 +102,7 @@ def _second_size(model, feeds, decl, runs, notes) -> list[dict]:
     if alt is None:
         return []
     label = _shapes(alt)
-    with timed(f"running it without shape claims at {label}"):
+    with step(f"running it without shape claims at {label}"):
         real, _, error = observe(model, alt)
     if real is None:
         notes.append({"kind": "second-size", "message": f"the model does not run at {label} even without shape "
@@ -123,7 +124,7 @@ def _batch_constants(model: ir.Model, feeds: dict[str, np.ndarray], notes: list[
         return []
     batch = feeds[inputs[0].name].shape[0]
     try:
-        with timed(f"looking for the batch {batch} in shape constants (runs at {batch} and {2 * batch})"):
+        with step(f"looking for the batch {batch} in shape constants (runs at {batch} and {2 * batch})"):
             findings, _ = debatch(model.clone(), feeds, inputs[0].name)
     except CheckFailed:
         return []
@@ -214,7 +215,7 @@ def _symbol_checks(model, feeds, decl, conflicting, grid, notes, runs) -> list[d
                     shape[a] = other
             spec = next(v for v in model.graph.inputs if v.name == name)
             alt[name] = random_array(int(spec.dtype.value), tuple(shape), rng)
-        with timed(f"running at {symbol}={other}"):
+        with step(f"running at {symbol}={other}"):
             real, _, error = observe(model, alt)
         places = ", ".join(f"{n} axis {a}" for n, a in where)
         freeze_hint = " ".join(f"--shape {k}={'x'.join(map(str, v.shape))}" for k, v in feeds.items())
@@ -247,7 +248,7 @@ def _grid_checks(model: ir.Model, grid: Grid) -> list[dict]:
                          ("; fix: python -m surgery debake IN OUT" if finding.fixable else "")})
     other = grid.other()
     feeds = probe_feeds(model, {}, other)
-    with timed(f"running at another grid {other.to_json()}"):
+    with step(f"running at another grid {other.to_json()}"):
         _, error = try_run(model, feeds)
     if error:
         problems.append({"kind": "fails-at-other-grid", "message":

@@ -6,14 +6,11 @@ without having run it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from core.errors import UsageError
-from core.progress import say, step
 from core.session import ORT_ERRORS, ort_error_line
 from core.session import run as run_session
 from core.session import session as open_session
@@ -32,16 +29,6 @@ _NP_OF_ONNX = {
     onnx.TensorProto.UINT8: np.uint8,
     onnx.TensorProto.BOOL: np.bool_,
 }
-
-
-def log(message: str) -> None:
-    """Progress line on stderr (results go to stdout)."""
-    say(message)
-
-
-def timed(what: str) -> Iterator[None]:
-    """core.progress.step: announce a step still running after 2 s, then its wall time."""
-    return step(what)
 
 
 def run(src, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
