@@ -18,7 +18,7 @@ BUILD := build/$(MODEL)
 INT8_FLAGS ?= --method nbits --block-size 32 --symmetric --accuracy-level 4 --outliers exclude
 INT4_FLAGS ?= --block-size 128 --symmetric --accuracy-level 4
 
-.PHONY: install export package test lint bench bench-export clean
+.PHONY: install export package test lint bench bench-export compare clean
 
 install: $(STAMP)
 
@@ -30,13 +30,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[export,dev]'
 	touch $(STAMP)
 
-# export -> surgery (debake + audit) -> optimize -> int8, int4, each stage into build/MODEL/<stage>/.
+# export -> surgery (the family's checks: Qwen3-VL debake + audit + claims, Phi-4-multimodal claims) -> optimize
+# (the family's passes) -> int8, int4, each stage into build/MODEL/<stage>/ (model + self-contained report.json).
 export: $(STAMP)
 	$(PY) -m builders.vision --model $(MODEL) \
 		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo) \
 		--out $(BUILD)/export
-	$(PY) -m surgery debake $(BUILD)/export/model.onnx $(BUILD)/surgery/model.onnx
-	$(PY) -m surgery audit $(BUILD)/surgery/model.onnx
+	$(PY) -m surgery stage $(BUILD)/export $(BUILD)/surgery
 	$(PY) -m quantize optimize $(BUILD)/surgery $(BUILD)/optimized
 	$(PY) -m quantize int8 $(BUILD)/optimized $(BUILD)/int8 $(INT8_FLAGS)
 	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(INT4_FLAGS)
@@ -67,6 +67,13 @@ bench: $(STAMP)
 # each in its own process, against the target of 4x the fp32 model: bench/results/export.md.
 bench-export: $(STAMP)
 	$(PY) -m bench.export_bench --model $(MODEL) --int8-flags "$(INT8_FLAGS)" --int4-flags "$(INT4_FLAGS)"
+
+# Both pipelines side by side at published dims (export, graphs, sizes, parity, latency at 448x448 and 896x896):
+# docs/comparison.md and docs/comparison.json. Exports what is missing first (minutes and ~8 GB each).
+compare: $(STAMP)
+	test -f build/qwen3-vl/int4/report.json || $(MAKE) export MODEL=qwen3-vl
+	test -f build/phi-4-mm/int4/report.json || $(MAKE) export MODEL=phi-4-mm
+	$(PY) -m bench.compare --models qwen3-vl phi-4-mm
 
 clean:
 	rm -rf build dist

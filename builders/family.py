@@ -1,8 +1,10 @@
-"""The family protocol: what the generic export command (`builders.vision`) needs from a model family.
+"""The torch side of the family protocol: what the generic export command (`builders.vision`) needs.
 
-A family is one module (e.g. `builders/qwen3_vl/family.py`) with the functions below; the registry
-`builders.vision.FAMILIES` maps a config's `family:` to it. Generic code passes inputs as
-`{name: array}` in the I/O contract's input order, never as positional model-specific tuples.
+The torch-free side (I/O contract, layouts, passes, release and processing facts) is the family's
+declared object in `families/` (`families.base.Family`); its `builder` names the module holding the
+functions below (e.g. `builders/qwen3_vl/family.py`), so the registry `families.FAMILIES` is the only
+one. Generic code passes inputs as `{name: array}` in the I/O contract's input order, never as
+positional model-specific tuples.
 An *example* is whatever the family exports and validates around (Qwen3-VL: a grid_thw array;
 Phi-4-multimodal: a list of image sizes); generic code only hands it back to the family.
 """
@@ -48,7 +50,8 @@ class Family(Protocol):
         """inputs -> the eager model's outputs (list of arrays, in output order)."""
 
     def case_facts(self, inputs: Inputs) -> dict:
-        """What a report records of a case's inputs (e.g. grid_thw and num_patches)."""
+        """What a report records of a case's inputs: the torch-free family's `case_layout`, from which
+        later stages rebuild inputs of the same layout."""
 
     def metadata(self, module: torch.nn.Module, example: Any) -> dict:
         """ONNX metadata_props later stages read (family, export example, sizes)."""

@@ -1,6 +1,7 @@
 """`python -m builders.summary REPORT.json [...]`: a stage report's validation as a markdown table.
 
-One row per case: grid, patch count, and for each output the worst max abs diff, max rel diff (relative
+One row per case: its layout (the family's facts: Qwen3-VL grid_thw and patch count, Phi-4-multimodal
+image sizes and crop layouts), and for each output the worst max abs diff, max rel diff (relative
 to the output's scale) and lowest cosine against the eager model.
 """
 
@@ -8,13 +9,15 @@ import json
 import sys
 from pathlib import Path
 
+NOT_LAYOUT = ("case", "outputs", "ok", "error")
+
 
 def table(report: dict) -> str:
     """Markdown for one export report."""
     head = (f"`{report['model']}` via {report['exporter']}, weights {report['weights']}, "
             f"tolerance {report['tolerance']:g} x max(1, output scale): "
             f"{'all passed' if report['validation']['passed'] else 'FAILED'}\n\n")
-    rows = ["| case | grid_thw | patches | max abs diff | max rel diff | min cosine | ok |", "|---|---|---|---|---|---|---|"]
+    rows = ["| case | layout | max abs diff | max rel diff | min cosine | ok |", "|---|---|---|---|---|---|"]
     for case in report["validation"]["cases"]:
         metrics = list(case.get("outputs", {}).values())
         if metrics:
@@ -22,7 +25,8 @@ def table(report: dict) -> str:
                      f"{min(m['cosine'] for m in metrics):.7f}")
         else:
             worst = f"{case.get('error', 'n/a')} | | "
-        rows.append(f"| {case['case']} | {case['grid_thw']} | {case['num_patches']} | {worst} | "
+        layout = ", ".join(f"{k} {json.dumps(v)}" for k, v in case.items() if k not in NOT_LAYOUT)
+        rows.append(f"| {case['case']} | {layout} | {worst} | "
                     f"{'yes' if case['ok'] else 'NO'} |")
     return head + "\n".join(rows) + "\n"
 

@@ -7,6 +7,7 @@ inspection, OUT is left untouched), 2 on bad input.
 
 import argparse
 import gc
+import importlib
 import json
 import platform
 import sys
@@ -20,16 +21,14 @@ import transformers
 
 from builders import onnx_export, validate
 from builders.config import load_config
-from builders.phi4_mm import family as phi4_mm
-from builders.qwen3_vl import family as qwen3_vl
 from core import onnx_io, session
 from core import report as reports
 from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.progress import say, step
 from core.staging import check_folder_output, keep_rejected, staged_folder
+from families import family as declared_family
 
 STAGE = "export"
-FAMILIES = {module.NAME: module for module in (qwen3_vl, phi4_mm)}  # the registry: one entry per family
 EXPORTERS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
 OPSETS = {"torchscript": (17, 20), "dynamo": (18, 23)}  # inclusive ranges each exporter handles
 
@@ -79,9 +78,8 @@ def export(args: argparse.Namespace) -> int:
         raise UsageError(f"--seed must be in 0..{2**32 - 1}, got {args.seed}")
     check_folder_output(args.out, STAGE, force=args.force)  # before any work
     config = load_config(None if args.config else args.model, args.config)
-    if config.family not in FAMILIES:
-        raise UsageError(f"config {config.path}: unknown family {config.family!r}; known: {', '.join(FAMILIES)}")
-    fam = FAMILIES[config.family]
+    # The registry is families.FAMILIES; each entry names its torch side (builders/<family>/family.py).
+    fam = importlib.import_module(declared_family(config.family, f"config {config.path}").builder)
     exporter = "dynamo" if args.dynamo else "torchscript"
     opset = args.opset if args.opset is not None else config.opset
     if not OPSETS[exporter][0] <= opset <= OPSETS[exporter][1]:

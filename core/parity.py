@@ -78,3 +78,26 @@ def worst(records: list[dict]) -> dict:
         return {"max_abs": None, "min_cosine": None, "min_token_cosine": None}
     return {"max_abs": max(o["max_abs"] for o in values), "min_cosine": min(o["cosine"] for o in values),
             "min_token_cosine": min(o["min_token_cosine"] for o in values)}
+
+
+def run_all(session, inputs: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+    """A session's outputs (in output order) for every feed."""
+    return [session.run(None, feed) for feed in inputs]
+
+
+def check(session, layouts: list[dict], inputs: list[dict[str, np.ndarray]],
+          reference: list[list[np.ndarray]], tolerance: float | None) -> list[dict]:
+    """Run `session` at every layout's feed against the reference outputs there (see `check_outputs`)."""
+    names = [o.name for o in session.get_outputs()]
+    return check_outputs(names, layouts, [session.run(None, feed) for feed in inputs], reference, tolerance)
+
+
+def check_outputs(names: list[str], layouts: list[dict], outputs: list[list[np.ndarray]],
+                  reference: list[list[np.ndarray]], tolerance: float | None) -> list[dict]:
+    """One `case_record` per layout, {case, **layout facts, outputs: {name: compare(...)}, ok}, of
+    `outputs` (per layout, in output order `names`) against `reference`."""
+    records = []
+    for layout, produced, ref in zip(layouts, outputs, reference):
+        compared = compare_all(dict(zip(names, produced)), dict(zip(names, ref)), tolerance)
+        records.append(case_record(layout["case"], compared, **{k: v for k, v in layout.items() if k != "case"}))
+    return records

@@ -1,14 +1,17 @@
 """The optimize stage: fused fp32 graph for ONNX Runtime's CPU kernels, every pass checked by parity.
 
-Passes, in order (each rewrites the in-memory model and is then run at every validation layout
-against the input model's outputs; a pass beyond tolerance stops the stage):
+Passes, in order, those the model's family declares (`Family.optimize_passes`: Qwen3-VL all five,
+Phi-4-multimodal gemm and ort); each rewrites the in-memory model and is then run at every validation
+layout against the input model's outputs; a pass beyond tolerance stops the stage:
   fold      static dims and constants (onnxscript optimizer)                 static_dims
   gemm      Gemm -> MatMul + Add                                              gemm_to_matmul
   ort       ORT transformer optimizer: Gelu / FastGelu / LayerNormalization  ort_transformer
   rotary    2D RoPE -> RotaryEmbedding                                        rotary_embedding
   skipln    residual Add + LayerNormalization -> SkipLayerNormalization      skip_layer_norm
-Attention needs no pass: the export already runs it per frame as MultiHeadAttention inside a Loop
-(builders/qwen3_vl/segment_attention.py), one per block, with no N x N tensor.
+Qwen3-VL's attention needs no pass: the export already runs it per frame as MultiHeadAttention inside
+a Loop (builders/qwen3_vl/segment_attention.py), one per block, with no N x N tensor. Phi-4-multimodal's
+is fused by the ort pass into Attention WITH its key-padding mask (options from the family: head count
+and width from the metadata).
 """
 
 import gc
@@ -18,13 +21,13 @@ from pathlib import Path
 import onnx_ir as ir
 import onnxscript.optimizer
 
-from core import onnx_io
+from core import onnx_io, parity
 from core import report as reports
 from core.errors import CheckFailed
 from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
-from quantize import parity, stage
+from quantize import stage
 from quantize.passes import (
     gemm_to_matmul,
     ort_transformer,
@@ -34,8 +37,8 @@ from quantize.passes import (
 )
 
 
-def _ort(model: ir.Model) -> tuple[ir.Model, dict]:
-    optimized, stats = ort_transformer.apply(model, num_heads=0, hidden_size=0)
+def _ort(model: ir.Model, num_heads: int = 0, hidden_size: int = 0) -> tuple[ir.Model, dict]:
+    optimized, stats = ort_transformer.apply(model, num_heads=num_heads, hidden_size=hidden_size)
     onnxscript.optimizer.optimize(optimized)  # shapes for the own passes' checks
     return optimized, stats
 
@@ -59,19 +62,25 @@ def optimize(source: stage.StageInput, skip: set[str], threads: int,
     False only the saved model is checked (quicker for benchmark ablations; not the stage default)."""
     model, source.model = source.model, None  # the passes own the one in-memory copy from here
     records = []
+    declared = source.family.optimize_passes
     for key, (title, run) in PASSES.items():
+        if key not in declared:
+            records.append({"pass": key, "title": title, "applies": False})
+            continue
         if key in skip:
             records.append({"pass": key, "title": title, "skipped": True})
             continue
+        options = source.family.optimize_options(source.metadata) if key == "ort" else {}
         with step(title, source.timings):
-            model, made = run(model)
+            model, made = run(model, **options)
         if not check_each:
             records.append({"pass": key, "title": title, "rewrites": made, "checked": False})
             continue
         cases = parity.check(open_session(model, threads), source.layouts, source.inputs,
                              source.reference, source.tolerance)
         gc.collect()  # the pass's session (ORT's copy of the weights) is gone before the next pass
-        max_abs, cosine = parity.worst(cases)
+        found = parity.worst(cases)
+        max_abs, cosine = found["max_abs"], found["min_cosine"]
         record = {"pass": key, "title": title, "rewrites": made, "max_abs": max_abs, "min_cosine": cosine,
                   "ok": all(c["ok"] for c in cases)}
         records.append(record)
@@ -109,7 +118,6 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: b
             "skipped_passes": sorted(skip),
             "passes": records,
             "op_counts": counts,
-            "tolerance": source.tolerance,
             "validation": {"reference": "input model in ONNX Runtime", "passed": all(c["ok"] for c in cases),
                            "cases": cases},
             "files": files,

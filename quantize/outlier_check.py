@@ -27,7 +27,7 @@ from core import onnx_io
 from core import parity as metrics
 from core.progress import say, step
 from core.session import open_session
-from quantize import outliers, parity, quantizers
+from quantize import outliers, quantizers
 
 #: Quantizer signature: (model file in, model file out, names of the MatMuls to leave fp32).
 Quantizer = Callable[[Path, Path, list[str]], None]
@@ -200,7 +200,7 @@ def prepare(fp32_file: Path, dst: Path, inputs: list[dict], threads: int, timing
     with step("outlier stress: scale residual channels of a copy of the input", timings):
         record = make_stressed(fp32_file, dst)
     with step("outlier stress: fp32 outputs at the validation layouts", timings):
-        reference = parity.run_all(open_session(dst, threads), inputs)
+        reference = metrics.run_all(open_session(dst, threads), inputs)
     return Stressed(dst, record, reference)
 
 
@@ -225,7 +225,7 @@ def run(stressed: Stressed, quantize: Quantizer, skip: list[str], layouts: list[
         with step("outlier stress: quantized vs fp32 at the validation layouts", timings):
             final = work / "final.onnx"
             quantize(stressed.path, final, skip + excluded)
-            cases = parity.check(open_session(final, threads), layouts, inputs, reference, tolerance=None)
+            cases = metrics.check(open_session(final, threads), layouts, inputs, reference, tolerance=None)
     worst = metrics.worst(cases)
     return {
         "how": ("residual-stream channels scaled in every weight that writes the stream (quantize/outliers.py); "

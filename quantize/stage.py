@@ -6,21 +6,22 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core import onnx_io
+from core import onnx_io, parity
 from core import report as reports
 from core.errors import UsageError
 from core.parity import DEFAULT_TOLERANCE
 from core.session import open_session
-from quantize import layouts as layouts_mod
-from quantize import parity
+from families import Family, of_model
+from families import validation as layouts_mod
 
 
 @dataclass
 class StageInput:
-    """The input model, its metadata, the layouts to check and ORT's outputs there (the reference)."""
+    """The input model, its family and metadata, the layouts to check and ORT's outputs there (the reference)."""
 
     path: Path
     model: ir.Model
+    family: Family
     metadata: dict[str, str]
     layouts: list[dict]
     inputs: list[dict[str, np.ndarray]]
@@ -30,32 +31,37 @@ class StageInput:
 
 
 def read_input(path: str | Path, threads: int) -> StageInput:
-    """Load IN, check it is an encoder with the I/O contract, and run it at every layout.
+    """Load IN, check it is an encoder of a known family with that family's inputs, and run it at every
+    layout of its own report (else the family's defaults).
 
     The checks and the reference run read the graph alone; the weights are loaded into memory only
     after the reference session is gone (one copy of the weights in memory at a time)."""
     model_file = onnx_io.model_path(path)
     graph = onnx_io.read_proto(model_file)  # no weights
-    initializers = {t.name for t in graph.graph.initializer}
-    inputs_info = [v for v in graph.graph.input if v.name not in initializers]
-    names = [v.name for v in inputs_info]
-    if names != ["pixel_values", "grid_thw"]:
-        raise UsageError(f"{model_file} has inputs {names}, expected ['pixel_values', 'grid_thw'] "
-                         f"(a Qwen3-VL vision encoder from `python -m builders.vision`)")
     metadata = {p.key: p.value for p in graph.metadata_props}
-    layouts = layouts_mod.layouts_for(model_file, metadata)
-    patch_dim = int(metadata.get("patch_dim", inputs_info[0].type.tensor_type.shape.dim[1].dim_value))
+    family = of_model(metadata, model_file)
+    initializers = {t.name for t in graph.graph.initializer}
+    names = [v.name for v in graph.graph.input if v.name not in initializers]
+    if names != list(family.input_names):
+        raise UsageError(f"{model_file} has inputs {names}, but a {family.name} encoder takes "
+                         f"{list(family.input_names)} (export it with `python -m builders.vision`)")
     del graph
-    inputs = parity.layout_inputs(layouts, patch_dim)
+    layouts = layouts_mod.layouts_for(model_file, metadata, family)
+    inputs = layouts_mod.layout_inputs(family, layouts, metadata)
     reference = parity.run_all(open_session(model_file, threads), inputs)
     tolerance = float(reports.read_beside(model_file).get("tolerance", DEFAULT_TOLERANCE))
     model = onnx_io.load(model_file, in_memory=True)
-    return StageInput(model_file, model, metadata, layouts, inputs, reference, tolerance)
+    return StageInput(model_file, model, family, metadata, layouts, inputs, reference, tolerance)
 
 
 def report_header(stage: str, source: StageInput) -> dict:
+    """The start of a quantize stage's report: what it read, and the input's I/O contract and tolerance
+    (with the per-case `validation` records, the report is self-contained)."""
     return {"stage": stage, "input": str(source.path), "model": source.metadata.get("model"),
-            "weights": source.metadata.get("weights")}
+            "family": source.family.name, "weights": source.metadata.get("weights"),
+            "io": {"inputs": list(source.family.input_names), "outputs": source.family.output_names(source.metadata),
+                   "dims": source.family.dims},
+            "tolerance": source.tolerance}
 
 
 def report_footer(timings: dict[str, float]) -> dict:

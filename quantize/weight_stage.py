@@ -21,7 +21,7 @@ from core.errors import UsageError
 from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
-from quantize import outlier_check, parity, quantizers, stage
+from quantize import outlier_check, quantizers, stage
 
 
 def excluded(nodes: list[tuple[str, str]], patterns: list[str]) -> list[str]:
@@ -139,7 +139,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             with step(f"quantize ({', '.join(f'{k} {v}' for k, v in config.items())})", timings):
                 quantize(prepared.fp32_file, model_file, skip + stress_skip)
             with step("compare with fp32 at the validation layouts", timings):
-                cases = parity.check(open_session(model_file, threads), source.layouts, source.inputs,
+                cases = metrics.check(open_session(model_file, threads), source.layouts, source.inputs,
                                      source.reference, tolerance=None)
             model = onnx_io.load(model_file)
             reason = {**{n: "excluded (--exclude)" for n in skip}, **{n: "excluded (outlier stress)" for n in stress_skip}}

@@ -7,7 +7,7 @@ smoke shapes, how to run and verify it, versions, checksums.
 
 from __future__ import annotations
 
-from release.families import family
+from families import family
 
 
 def _mib(size: int) -> str:
@@ -121,7 +121,7 @@ def render(manifest: dict) -> str:
         f"# {name}: {manifest['title']} (ONNX)",
         "",
         (f"The vision encoder of `{manifest['model']}` ({manifest['family']} family) as ONNX for ONNX Runtime, "
-         f"for {fam.accepts}. Weights: {_weights(manifest)}."),
+         f"for {fam.release.accepts}. Weights: {_weights(manifest)}."),
         (f"Exported through {export['path']} (opset {export['opset']}, example pack {export.get('example')}); "
         f"the fp32 model is the `{fp32['stage']}` stage of the pipeline. Made by `make package` "
         "(vlm-vision-onnx); every number below is in `manifest.json`."),
@@ -161,7 +161,7 @@ def render(manifest: dict) -> str:
         "```",
         "",
         "```python",
-        fam.usage.replace("PACKAGE", name).replace("FILE", fp32["file"].removeprefix("onnx/")).rstrip(),
+        fam.release.usage.replace("PACKAGE", name).replace("FILE", fp32["file"].removeprefix("onnx/")).rstrip(),
         "```",
         "",
         "## Versions",

@@ -24,7 +24,7 @@ from pathlib import Path
 import onnx
 
 from core.errors import UsageError
-from release.families import Family
+from families import Family
 from release.stages import Stage, Variant
 from runtime.verify import FORMAT, io_records, opsets, sha256
 
@@ -129,7 +129,7 @@ def build(name: str, fam: Family, stages: dict[str, Stage], chosen: list[Variant
         "config": Path(export.get("config", "")).name,
         "inputs": io_records(fp32_proto.graph.input),
         "outputs": io_records(fp32_proto.graph.output),
-        "symbols": fam.symbols,
+        "symbols": fam.dims,
         "opset": opsets(fp32_proto),
         "versions": versions(stages),
         "weights": weights(export),

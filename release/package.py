@@ -23,9 +23,9 @@ from core import onnx_io, session
 from core.errors import UsageError
 from core.progress import say, step
 from core.staging import staged_folder
+from families import family
 from release import card, stages, tarball
 from release import manifest as manifest_mod
-from release.families import family
 from runtime import smoke
 from runtime.verify import CARD, FORMAT, MANIFEST, SUMS, sha256
 
@@ -95,8 +95,8 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
             for v in chosen:
                 onnx_io.copy_model(v.stage.model, onnx_dir, v.file, data_name=f"{v.file}_data")
         with step("write config.json and preprocessor_config.json", timings, "configs"):
-            fam.write_config(export, metadata, tmp)
-            fam.write_processor(export, metadata, tmp)
+            fam.release.write_config(export, metadata, tmp)
+            fam.release.write_processor(export, metadata, tmp)
         with step("run fp32 at the smoke sizes", timings, "smoke"):
             smoke_records = smoke_shapes(fam.name, tmp, onnx_dir / fp32.file, threads)
         with step("checksums, manifest, model card", timings, "manifest"):

@@ -20,8 +20,8 @@ from core import report as report_mod
 from core.errors import UsageError
 from core.progress import say
 from core.staging import staged_folder
+from families import family
 from release import stages
-from release.families import family
 from runtime import smoke
 
 STAGE = "speed"
@@ -46,8 +46,8 @@ def smoke_inputs(found: dict[str, stages.Stage], fam_name: str) -> dict[str, dic
     export = found["export"].report
     metadata = onnx_io.metadata(stages.variants(found)[0].stage.model)
     with tempfile.TemporaryDirectory() as tmp:
-        fam.write_config(export, metadata, Path(tmp))
-        fam.write_processor(export, metadata, Path(tmp))
+        fam.release.write_config(export, metadata, Path(tmp))
+        fam.release.write_processor(export, metadata, Path(tmp))
         return dict(smoke.smoke_cases(fam_name, tmp))
 
 

@@ -1,8 +1,9 @@
 """`python -m runtime encode MODEL.onnx --inputs IN.npz --out OUT.npz`: run an exported encoder, no torch.
 
-IN.npz holds `pixel_values` float32 [num_patches, 1536] and `grid_thw` int64 [num_images, 3]; they are
-checked against the I/O contract (merge size and row length from the model's metadata) before running.
-OUT.npz gets every output by name. Exit 2 on bad input.
+IN.npz holds the inputs of the model's family by name (Qwen3-VL: `pixel_values` float32 [num_patches, 1536]
+and `grid_thw` int64 [num_images, 3]; Phi-4-multimodal: `pixel_values`, `image_attention_mask`,
+`image_sizes`); they are checked against the family's I/O contract (`Family.check_inputs`, with the sizes
+the model's metadata records) before running. OUT.npz gets every output by name. Exit 2 on bad input.
 """
 
 import sys
@@ -13,7 +14,8 @@ import numpy as np
 from core import onnx_io, session
 from core.errors import Parser, UsageError, main_wrapper
 from core.staging import check_result_file, staged_file
-from runtime import contract, embed, verify
+from families import of_model
+from runtime import embed, verify
 
 
 def check_finite(name: str, array: np.ndarray) -> None:
@@ -43,17 +45,19 @@ def encode(model_path: Path, inputs_path: Path, out_path: Path, threads: int | N
     meta = {p.key: p.value for p in proto.metadata_props}
     names = [o.name for o in proto.graph.output]
     out_path = check_result_file(out_path, [model_path, inputs_path], force, ".npz", _earlier_result(names))
+    family = of_model(meta, model_path)
     try:
         with np.load(inputs_path) as data:
-            pixel_values, grid_thw = data["pixel_values"], data["grid_thw"]
+            inputs = {name: data[name] for name in family.input_names}
     except (OSError, ValueError, KeyError, EOFError) as err:
-        raise UsageError(f"{inputs_path}: need an .npz with pixel_values and grid_thw ({err})") from None
-    grid = contract.check_inputs(pixel_values, grid_thw, int(meta.get("spatial_merge_size", 2)),
-                                 int(meta.get("patch_dim", 1536)))
+        raise UsageError(f"{inputs_path}: need an .npz with {', '.join(family.input_names)} ({err})") from None
+    family.check_inputs(inputs, meta)
     if not allow_nonfinite:
-        check_finite("pixel_values", pixel_values)
+        for name, array in inputs.items():
+            if np.issubdtype(array.dtype, np.floating):
+                check_finite(name, array)
     sess = session.open_session(model_path, threads)
-    outputs = session.run(sess, {"pixel_values": pixel_values.astype(np.float32), "grid_thw": grid})
+    outputs = session.run(sess, embed.cast_feeds(sess, inputs, model_path, family.name))
     with staged_file(out_path) as tmp:
         np.savez(tmp, **outputs)
     return list(outputs)
@@ -68,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
     run.add_argument("--force", action="store_true", help="replace an existing OUT that is not an earlier result")
-    run.add_argument("--allow-nonfinite", action="store_true", help="run even if pixel_values holds NaN or Inf")
+    run.add_argument("--allow-nonfinite", action="store_true", help="run even if a float input holds NaN or Inf")
     verify.add_arguments(sub.add_parser("verify", help="check a release package (dist/NAME or dist/NAME.tar.gz): "
                                                      "checksums, manifest, every variant at the smoke sizes"))
     embed.add_arguments(sub.add_parser("embed", help="embeddings of image files (and one video of frames) from a "

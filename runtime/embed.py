@@ -26,8 +26,8 @@ from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.report import read_json_object
 from core.staging import check_result_file, staged_file
-from runtime import contract, images, unpack
-from runtime.preprocess import phi4_mm, qwen3_vl, qwen3_vl_video
+from families import family
+from runtime import images, unpack
 
 TAG = "embed"
 MODEL_STEM = "onnx/vision_encoder"
@@ -50,9 +50,7 @@ def read_manifest(folder: Path) -> dict:
     if not path.is_file():
         raise UsageError(f"{folder} is not a release package: manifest.json is missing")
     manifest = read_json_object(path, "manifest", "build or unpack the package again")
-    if manifest.get("family") not in FAMILIES:
-        family = manifest.get("family")
-        raise UsageError(f"{path}: family {family!r} is not one `embed` knows ({', '.join(FAMILIES)})")
+    family(manifest.get("family"), str(path))  # UsageError naming the known families
     return manifest
 
 
@@ -78,63 +76,6 @@ def load_images(paths: list[Path], what: str = "images") -> list[np.ndarray]:
         if len(paths) > PROGRESS_EVERY and (i % PROGRESS_EVERY == 0 or i == len(paths)):
             say(f"loaded {i}/{len(paths)} {what}", TAG)
     return loaded
-
-
-def qwen3_vl_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]) -> Pack:
-    """Images through the transformers processor, the video through the port; one packed grid."""
-    processor = qwen3_vl.load_processor(folder)
-    merge = processor.merge_size
-    pixels, grids, pack = [], [], Pack(feeds={})
-    for i, (path, rgb) in enumerate(zip(image_paths, load_images(image_paths))):
-        try:
-            values, grid = qwen3_vl.preprocess(processor, [rgb])
-        except UsageError as err:
-            raise UsageError(f"{path}: {err}") from None
-        pixels.append(values)
-        grids.append(grid)
-        pack.names.append(f"image_{i}")
-        pack.sources.append([str(path)])
-    if frame_paths:
-        config = qwen3_vl_video.settings(folder, processor.to_dict())
-        try:
-            values, grid = qwen3_vl_video.preprocess(load_images(frame_paths, "video frames"), config)
-        except UsageError as err:
-            raise UsageError(f"video {frame_paths[0].parent}: {err}") from None
-        pixels.append(values)
-        grids.append(grid)
-        pack.names.append("video")
-        pack.sources.append([str(p) for p in frame_paths])
-    grid_thw = np.concatenate(grids).astype(np.int64)
-    pixel_values = np.concatenate(pixels).astype(np.float32)
-    contract.check_grid(grid_thw, merge)  # the row length is checked against the model's input
-    pack.feeds = {"pixel_values": pixel_values, "grid_thw": grid_thw}
-    pack.facts = [{"grid_thw": g} for g in grid_thw]
-    pack.tokens = [int(np.prod(g)) // merge**2 for g in grid_thw]
-    return pack
-
-
-def phi4_mm_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]) -> Pack:
-    """Images through the numpy port of the Phi-4-multimodal processor (it takes no video)."""
-    if frame_paths:
-        raise UsageError("--video needs a Qwen3-VL package; Phi-4-multimodal embeds images only")
-    config = phi4_mm.load_config(folder)
-    parts = []
-    for path, rgb in zip(image_paths, load_images(image_paths)):
-        try:
-            parts.append(phi4_mm.preprocess_one(rgb, config))
-        except UsageError as err:
-            raise UsageError(f"{path}: {err}") from None
-    packed = phi4_mm.pack(parts)
-    pack = Pack(feeds={k: packed[k] for k in ("pixel_values", "image_attention_mask", "image_sizes")})
-    for i, (path, (crops, _, size, tokens)) in enumerate(zip(image_paths, parts)):
-        pack.names.append(f"image_{i}")
-        pack.sources.append([str(path)])
-        pack.facts.append({"image_size": np.array(size, dtype=np.int64), "num_crops": np.int64(len(crops))})
-        pack.tokens.append(tokens)
-    return pack
-
-
-FAMILIES = {"qwen3-vl": qwen3_vl_pack, "phi-4-mm": phi4_mm_pack}
 
 
 def cast_feeds(sess, feeds: dict[str, np.ndarray], model: Path, family: str) -> dict[str, np.ndarray]:
@@ -189,13 +130,13 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
     out = check_result_file(out, [*image_paths, *frame_paths, package], force, ".npz", _earlier_result)
     with unpack.opened(package) as folder:
         manifest = read_manifest(folder)
-        family = manifest["family"]
+        family_name = manifest["family"]
         model = model_file(folder, manifest, variant)
         with step(f"preprocess {len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video"
                                                                if frame_paths else ""), tag=TAG):
-            pack = FAMILIES[family](folder, image_paths, frame_paths)
+            pack = family(family_name).processing.embed_pack(folder, image_paths, frame_paths)
         sess = session.open_session(model, threads)
-        feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family)
+        feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
         with step(f"run {model.relative_to(folder)} on {len(pack.names)} entries "
                   f"({sum(pack.tokens)} tokens)", tag=TAG):
             outputs = session.run(sess, feeds)

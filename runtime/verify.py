@@ -27,6 +27,7 @@ import onnx
 from core import onnx_io, session
 from core.errors import CheckFailed, UsageError
 from core.progress import say
+from families import family
 from runtime import smoke, unpack
 
 TAG = "verify"
@@ -170,7 +171,7 @@ def check_configs(manifest: dict, meta: dict[str, str], folder: Path) -> None:
                 != str(value):
             fail("config.json", f"{key} = {config[key]} but the model records {value}")
     try:
-        smoke.family(manifest["family"]).load_processor(folder)
+        family(manifest["family"]).processing.load_processor(folder)
     except ImportError as err:
         raise UsageError(f"verify needs {err.name or 'transformers'} to load the processor: "
                          "pip install '.[runtime]'") from None

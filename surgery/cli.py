@@ -1,4 +1,4 @@
-"""Command line: python -m surgery {debake,audit,doctor,set-batch,freeze,fix-dims} ...
+"""Command line: python -m surgery {stage,debake,audit,doctor,set-batch,freeze,fix-dims} ...
 
 Exit status: 0 done (or clean), 1 problems found / could not fix / verification failed,
 2 bad input (one line on stderr saying what is wrong and how to fix it).
@@ -23,6 +23,7 @@ from surgery import doctor as doctor_mod
 from surgery import fix_dims as fix_dims_mod
 from surgery import freeze as freeze_mod
 from surgery import set_batch as set_batch_mod
+from surgery import stage as stage_mod
 from surgery.grid import resolve_grid
 from surgery.probe import declared, neutral, probe_feeds
 from surgery.probe_sizes import guess_shapes, other_sizes
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", metavar="IN")
     _out_options(p)
     _grid_options(p)
+    p = sub.add_parser("stage", help="the surgery stage of `make export`: the checks the model's family declares, "
+                                     "OUT checked against IN at every validation layout")
+    p.add_argument("input", metavar="IN")
+    _out_options(p)
     p = sub.add_parser("audit", help="fail (exit 1) when a grid-specific constant remains")
     p.add_argument("input", metavar="IN")
     _grid_options(p)
@@ -190,6 +195,11 @@ def cmd_debake(args) -> int:
     if report["unfixable"]:
         print(f"{report['unfixable']} constant(s) could not be fixed: re-export them computed from grid_thw")
         return 1
+    return 0
+
+
+def cmd_stage(args) -> int:
+    stage_mod.run(Path(args.input), _staged(args))
     return 0
 
 
@@ -332,6 +342,6 @@ def cmd_freeze(args) -> int:
 
 
 COMMANDS = {
-    "debake": cmd_debake, "audit": cmd_audit, "doctor": cmd_doctor,
+    "stage": cmd_stage, "debake": cmd_debake, "audit": cmd_audit, "doctor": cmd_doctor,
     "set-batch": cmd_set_batch, "freeze": cmd_freeze, "fix-dims": cmd_fix_dims,
 }

@@ -7,8 +7,8 @@ import pytest
 
 from builders import vision
 from core.errors import UsageError
+from families.qwen3_vl import contract
 from runtime import __main__ as runtime_cli
-from runtime import contract
 from tests.conftest import single_error
 
 

@@ -26,9 +26,9 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from builders.config import load_config
 from core import onnx_io
 from core.parity import compare
+from families.phi4_mm import preprocess as phi4_mm
+from families.qwen3_vl import contract
 from runtime import __main__ as runtime_cli
-from runtime import contract
-from runtime.preprocess import phi4_mm
 from tests.conftest import single_error
 from tests.test_preprocess_phi4_mm import transformers_processor  # noqa: F401 -- a fixture
 from tests.test_preprocess_qwen3_vl import _pixels, reference_image, shared_images
@@ -198,7 +198,8 @@ def test_package_of_another_model(qwen_dist, photos, tmp_path, capsys):
 def phi4_package(tmp_path_factory):
     """(package folder, eager embedding, tolerance) from a tiny Phi-4 TorchScript export."""
     from builders import onnx_export
-    from builders.phi4_mm import family, layouts
+    from builders.phi4_mm import family
+    from families.phi4_mm import layouts
 
     config = load_config(PHI4)
     tiny = family.build(config, None, seed=0)[0]

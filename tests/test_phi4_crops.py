@@ -4,9 +4,8 @@ and token counts, and one UsageError for every pack the processor could not prod
 import numpy as np
 import pytest
 
-from builders.phi4_mm import crops, layouts
 from core.errors import UsageError
-from runtime.preprocess import phi4_mm as preprocess
+from families.phi4_mm import crops, layouts, preprocess
 
 # Original sizes (height, width): square, wide, tall, padded rows / columns (odd and even), 9 crops in a row.
 SIZES = [(448, 448), (896, 896), (500, 1000), (1000, 500), (610, 500), (1670, 300), (300, 4000)]

@@ -11,10 +11,11 @@ import torch
 
 from builders import onnx_export
 from builders.config import load_config
-from builders.phi4_mm import crops, family, layouts, spec
+from builders.phi4_mm import family
 from builders.phi4_mm.model import ImageFeatures
 from core import onnx_io, session
 from core.parity import compare
+from families.phi4_mm import crops, layouts, spec
 from tests.conftest import single_error
 
 PATHS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}

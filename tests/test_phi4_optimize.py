@@ -11,9 +11,10 @@ import pytest
 
 from builders import onnx_export
 from builders.config import load_config
-from builders.phi4_mm import crops, family, layouts, spec
+from builders.phi4_mm import family
 from core import onnx_io, session
 from core.parity import compare
+from families.phi4_mm import crops, layouts, spec
 from quantize.passes import gemm_to_matmul, ort_transformer
 
 TINY = load_config("phi-4-mm-tiny")

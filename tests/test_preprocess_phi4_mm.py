@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from core.errors import UsageError
+from families.phi4_mm import preprocess as phi4_mm
 from runtime import images
-from runtime.preprocess import phi4_mm
 from tests.test_preprocess_qwen3_vl import MODES, PHOTOS, SIZES, reference_image, shared_images
 from tests.test_preprocess_resample import install_torchvision_stub
 

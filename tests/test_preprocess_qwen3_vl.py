@@ -21,9 +21,9 @@ from transformers.image_utils import load_image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from core.errors import UsageError
+from families.qwen3_vl import preprocess as qwen3_vl
+from families.qwen3_vl.layouts import MAX_PIXELS, MIN_PIXELS
 from runtime import images
-from runtime.layouts import MAX_PIXELS, MIN_PIXELS
-from runtime.preprocess import qwen3_vl
 
 # (height, width) of the generated RGB images: the smoke sizes and odd ones
 SIZES = {"224x224": (224, 224), "336x336": (336, 336), "448x448": (448, 448), "512x384": (512, 384),

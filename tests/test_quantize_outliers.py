@@ -8,9 +8,9 @@ import pytest
 
 from core import onnx_io
 from core.session import open_session
+from families import QWEN3_VL
 from quantize import __main__ as cli
 from quantize import outlier_check, outliers, quantizers, stage
-from quantize.layouts import random_inputs
 from tests import test_quantize_support as support
 
 
@@ -50,7 +50,7 @@ def test_residual_stream_carries_the_outliers(optimized):
     record = outliers.stress(model)
     _, sums = outliers.residual_contributions(model)
     model.graph.outputs.extend(sums)
-    feed = random_inputs([[1, 16, 16]], 1536, 0)
+    feed = QWEN3_VL.layout_inputs({"grid_thw": [[1, 16, 16]]}, {}, np.random.default_rng(0))
     values = open_session(model, 1).run(None, feed)[-len(sums):]
     assert len(values) == 2 * support.DEPTH + 1
     for value in values:
@@ -65,7 +65,7 @@ def test_restore_fp32_of_every_matmul_is_the_fp32_model(optimized, tmp_path):
     fp32 = tmp_path / "fp32.onnx"
     onnx_io.save(model, fp32)
     names = [n.name for n, _ in quantizers.quantizable(model)]
-    feed = random_inputs([[1, 12, 20], [2, 8, 8]], 1536, 1)
+    feed = QWEN3_VL.layout_inputs({"grid_thw": [[1, 12, 20], [2, 8, 8]]}, {}, np.random.default_rng(1))
     reference = open_session(fp32, 1).run(None, feed)
     for quantize in (partial(quantizers.dynamic, per_channel=True),
                      partial(quantizers.matmul_nbits, bits=8, block_size=32, symmetric=True, accuracy_level=4)):

@@ -7,8 +7,9 @@ import numpy as np
 import onnx_ir as ir
 import yaml
 
+from core import parity
 from core.session import open_session
-from quantize import layouts, parity
+from families import QWEN3_VL, validation
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = yaml.safe_load((ROOT / "configs" / "qwen3-vl-tiny.yaml").read_text())["vision"]
@@ -30,9 +31,9 @@ class Checker:
     """Runs models at the export's validation layouts against the export's outputs in ORT."""
 
     def __init__(self, model_file: Path):
-        self.layouts = layouts.from_reports(model_file)
+        self.layouts = validation.from_report(model_file, QWEN3_VL)
         assert self.layouts and len(self.layouts) >= 10
-        self.inputs = parity.layout_inputs(self.layouts, 1536)
+        self.inputs = validation.layout_inputs(QWEN3_VL, self.layouts, {"patch_dim": "1536"})
         self.reference = parity.run_all(open_session(model_file, 1), self.inputs)
 
     def max_abs(self, model: ir.Model) -> float:
@@ -41,7 +42,7 @@ class Checker:
                                TOLERANCE)
         bad = [r["case"] for r in records if not r["ok"]]
         assert not bad, f"parity fails at {bad}"
-        return parity.worst(records)[0]
+        return parity.worst(records)["max_abs"]
 
 
 def run_graph(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

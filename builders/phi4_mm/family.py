@@ -13,8 +13,8 @@ import torch
 
 from builders.config import ModelConfig
 from builders.onnx_export import IOSpec
-from builders.phi4_mm import crops, layouts, spec
 from builders.phi4_mm.model import ImageFeatures, build_from_checkpoint, build_random, reference_outputs
+from families.phi4_mm import FAMILY, crops, layouts, spec
 
 NAME = "phi-4-mm"
 INPUT_NAMES = list(spec.INPUT_NAMES)
@@ -103,6 +103,5 @@ def trace_memory_bytes(embed, images: list) -> int:
     return sum(p.numel() for p in embed.parameters()) * 4 + total_crops * per_crop
 
 
-def case_facts(inputs: dict[str, np.ndarray]) -> dict:
-    return {"image_sizes": inputs["image_sizes"].tolist(),
-            "crops": int(inputs["pixel_values"].shape[0] * inputs["pixel_values"].shape[1])}
+# What a report records of a case: the torch-free family's layout facts (later stages rebuild inputs from them).
+case_facts = FAMILY.case_layout

@@ -12,10 +12,10 @@ from transformers.models.phi4_multimodal.modeling_phi4_multimodal import Phi4Mul
 
 from builders import checkpoint as ckpt
 from builders.config import ModelConfig, check_values
-from builders.phi4_mm import crops
 from builders.phi4_mm.hd_merge import patch_position_ids, token_sources
 from builders.phi4_mm.patcher import bidirectional_attention
 from core.errors import UsageError
+from families.phi4_mm import crops
 
 # Where the image embedding lives in a Phi4MultimodalForCausalLM state dict.
 IMAGE_EMBED_PREFIXES = ("model.embed_tokens_extend.image_embed.",)

@@ -10,7 +10,7 @@ from builders.onnx_export import IOSpec
 from builders.qwen3_vl import layouts
 from builders.qwen3_vl.model import VisionEncoder, build_from_checkpoint, build_random, reference_outputs
 from core.errors import UsageError
-from runtime import contract
+from families.qwen3_vl import FAMILY, contract
 
 NAME = "qwen3-vl"
 
@@ -90,8 +90,8 @@ def reference(visual):
     return lambda inputs: reference_outputs(visual, inputs["pixel_values"], inputs["grid_thw"])
 
 
-def case_facts(inputs: dict[str, np.ndarray]) -> dict:
-    return {"grid_thw": inputs["grid_thw"].tolist(), "num_patches": int(inputs["pixel_values"].shape[0])}
+# What a report records of a case: the torch-free family's layout facts (later stages rebuild inputs from them).
+case_facts = FAMILY.case_layout
 
 
 def metadata(visual, grid_thw: np.ndarray) -> dict:

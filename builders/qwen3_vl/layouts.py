@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from runtime.layouts import (
+from families.qwen3_vl.layouts import (
     MAX_PIXELS,
     MIN_PIXELS,
     SMOKE_SIZES,

@@ -1,1 +1,3 @@
-"""Model preprocessing without torch: Qwen3-VL images (transformers PIL processor), Qwen3-VL video and Phi-4-multimodal images (numpy ports)."""
+"""The image kernels the family preprocessing ports share (numpy): torch's resampling kernels and normalisation.
+The ports themselves live with their family: `families/qwen3_vl/preprocess.py` (images, through transformers'
+torch-free processor), `families/qwen3_vl/preprocess_video.py`, `families/phi4_mm/preprocess.py`."""

@@ -1,4 +1,5 @@
-"""PyTorch's image resampling kernels, ported to numpy (what torchvision's `resize` runs on CPU).
+"""PyTorch's image resampling kernels, ported to numpy (what torchvision's `resize` runs on CPU), and the
+processors' shared normalisation (`normalize`).
 
 The transformers processors that need torchvision (the Qwen3-VL video processor, the Phi-4-multimodal
 image processor) resize through `torchvision.transforms.v2.functional.resize`, which calls
@@ -123,3 +124,11 @@ def resize_bicubic(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
             inner += band[..., cols[:, j]] * wx[:, j]
         out += inner * wy[:, i][:, None]
     return out
+
+
+def normalize(frames: np.ndarray, mean, std, rescale_factor: float) -> np.ndarray:
+    """uint8 [..., 3, H, W] -> float32, (x - mean/rescale) / (std/rescale) per channel, in float32."""
+    scale = np.float32(1.0 / rescale_factor)
+    m = (np.asarray(mean, dtype=np.float32) * scale)[:, None, None]
+    s = (np.asarray(std, dtype=np.float32) * scale)[:, None, None]
+    return (frames.astype(np.float32) - m) / s

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import UsageError
-from runtime.preprocess.resample import resize_uint8_aa
+from runtime.preprocess.resample import normalize, resize_uint8_aa
 
 CONFIG_FILE = "video_preprocessor_config.json"
 #: Qwen3VLVideoProcessor's class defaults in transformers 5.23 (the test checks them against the class).
@@ -69,14 +69,6 @@ def smart_resize(num_frames: int, height: int, width: int, temporal_factor: int,
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar
-
-
-def normalize(frames: np.ndarray, mean, std, rescale_factor: float) -> np.ndarray:
-    """uint8 [..., 3, H, W] -> float32, (x - mean/rescale) / (std/rescale) per channel, in float32."""
-    scale = np.float32(1.0 / rescale_factor)
-    m = (np.asarray(mean, dtype=np.float32) * scale)[:, None, None]
-    s = (np.asarray(std, dtype=np.float32) * scale)[:, None, None]
-    return (frames.astype(np.float32) - m) / s
 
 
 def patchify(frames: np.ndarray, patch: int, merge: int, temporal: int) -> tuple[np.ndarray, tuple]:

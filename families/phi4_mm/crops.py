@@ -2,7 +2,7 @@
 
 `Phi4MultimodalImageProcessor` (transformers 5.23, `image_processing_phi4_multimodal.py`) needs
 torchvision, which has no CPU build here. Its layout logic is integer arithmetic, ported once in
-`runtime.preprocess.phi4_mm` (`crop_grid`, `hd_geometry`) and used here; what it does:
+`families.phi4_mm.preprocess` (`crop_grid`, `hd_geometry`) and used here; what it does:
 
 - `dynamic_preprocess`: an image H x W (pixels) gets a crop grid of w = ceil(W / 448) by
   h = ceil(H / 448) crops; when w * h > dynamic_hd (36) the grid is instead the (w, h) with
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from builders.phi4_mm.spec import INPUT_NAMES
 from core.errors import UsageError
-from runtime.preprocess import phi4_mm as preprocess
+from families.phi4_mm import preprocess
+from families.phi4_mm.spec import INPUT_NAMES
 
 CROP = preprocess.DEFAULTS["size"]["height"]  # 448, crop side in pixels
 PATCH = preprocess.DEFAULTS["patch_size"]  # 14, patch side in pixels

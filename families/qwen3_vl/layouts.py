@@ -58,3 +58,19 @@ def random_pixels(grid_thw, patch_dim: int, rng: np.random.Generator) -> tuple[n
     """Normal(0, 1) pixel_values float32 [sum(t*h*w), patch_dim] and grid_thw int64 [num_images, 3]."""
     grid = np.asarray(grid_thw, dtype=np.int64)
     return rng.standard_normal((int(np.prod(grid, 1).sum()), patch_dim), dtype=np.float32), grid
+
+
+def default_layouts(example: list[list[int]], patch: int = 16, merge: int = 2) -> list[tuple[str, dict]]:
+    """(case, {"grid_thw"}) for a model whose report lists no cases: smoke sizes, a pack, a t=2 video,
+    a mixed pack, the export example and same-patch-count variants of it (the export stage's suite)."""
+    def image(h: int, w: int) -> list[int]:
+        rh, rw = smart_resize(h, w, patch * merge)
+        return [1, rh // patch, rw // patch]
+
+    grids = [(f"image {h}x{w}", [image(h, w)]) for h, w in SMOKE_SIZES]
+    grids.append(("pack 448x448 + 336x336", [image(448, 448), image(336, 336)]))
+    grids += SYNTHETIC_PACKS
+    grids.append(("export example", example))
+    grids += [(f"same patch count #{number}", grid)
+              for number, grid in enumerate(same_patch_count_layouts(example, merge), 1)]
+    return [(name, {"grid_thw": grid}) for name, grid in grids]

@@ -6,7 +6,7 @@ and mask. The token counts in the names follow from `crops.ImageLayout.num_token
 
 import numpy as np
 
-from builders.phi4_mm import crops
+from families.phi4_mm import crops
 
 # The export example: two images with different crop grids (a one-image or one-crop example lets
 # torch.export specialise), one with padded patch rows (250x600 -> 1x2 crops, 27 of 32 patch rows;

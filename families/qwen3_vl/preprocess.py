@@ -13,7 +13,7 @@ from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from core.errors import UsageError
-from runtime.layouts import MAX_PIXELS, MIN_PIXELS
+from families.qwen3_vl.layouts import MAX_PIXELS, MIN_PIXELS
 
 CONFIG_FILE = "preprocessor_config.json"
 #: Qwen3-VL's image processor settings (Qwen/Qwen3-VL-*-Instruct preprocessor_config.json).

@@ -1,0 +1,226 @@
+"""`python -m bench.compare [--models qwen3-vl phi-4-mm]`: both pipelines side by side, from real runs,
+into docs/comparison.md (and the figures as docs/comparison.json).
+
+Reads the stage folders `make export MODEL=...` wrote (build/MODEL/{export,optimized,int4}/: model and
+report) and measures latency here. Per model: export path, time and peak memory; declared dims of the
+I/O (what the graph can vary at run time and what it cannot); node counts by op type before and after
+optimize and the fused ops; fp32 and INT4 sizes; parity (export vs eager, INT4 vs fp32); latency of the
+optimized fp32 and the INT4 graph per image at 448x448 and 896x896 (a random image through the family's
+own processor, configured as its release package would be) and per output token. Timings: medians of
+`--reps` runs after a warm-up, variants interleaved, all models in one run.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from bench.machine import describe, machine
+from core import onnx_io, session
+from core import report as reports
+from core.errors import Parser, UsageError, main_wrapper
+from core.parity import worst
+from core.progress import say
+from families import family
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = [(448, 448), (896, 896)]
+STAGES = ("export", "optimized", "int4")
+VARIANTS = {"fp32": "optimized", "int4": "int4"}
+
+
+def read_stages(model: str, build: Path) -> dict[str, dict]:
+    """{stage: {"model": path, "report": dict}} of BUILD/MODEL, UsageError naming the missing stage."""
+    found = {}
+    for stage in STAGES:
+        folder = build / model / stage
+        if not (folder / "report.json").is_file():
+            raise UsageError(f"{folder} is missing: run `make export MODEL={model}` first")
+        found[stage] = {"model": onnx_io.model_path(folder), "report": reports.read_beside(folder / "model.onnx")}
+    return found
+
+
+def op_counts(model_file: Path) -> dict[str, int]:
+    """{op type: count} of the graph (Loop bodies included), read without the weights."""
+    model = ir.serde.deserialize_model(onnx_io.read_proto(model_file))
+    counts: dict[str, int] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def declared_dims(model_file: Path) -> dict[str, list]:
+    """{input/output name: dims (int or symbol)} as the graph declares them."""
+    graph = onnx_io.read_proto(model_file).graph
+    weights = {t.name for t in graph.initializer}
+    return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in [*graph.input, *graph.output] if v.name not in weights}
+
+
+def image_feeds(fam_name: str, export_report: dict, model_file: Path) -> dict[str, dict]:
+    """{'HxW': feeds} for one random RGB image of each size through the family's processor."""
+    fam = family(fam_name)
+    metadata = onnx_io.metadata(model_file)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        fam.release.write_config(export_report, metadata, Path(tmp))
+        fam.release.write_processor(export_report, metadata, Path(tmp))
+        processor = fam.processing.processor(Path(tmp))
+        return {f"{h}x{w}": fam.processing.image_inputs(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), processor)
+                for h, w in SIZES}
+
+
+def time_all(models: dict[str, dict], threads: int, reps: int) -> dict:
+    """{model: {variant: {size: {median_s, tokens, runs_s}}}}: every (model, variant) session open at once,
+    runs interleaved round-robin so that load on the shared cores hits every point alike."""
+    points = []
+    for name, info in models.items():
+        for variant, stage in VARIANTS.items():
+            sess = session.open_session(info["stages"][stage]["model"], threads)
+            for size, feeds in info["feeds"].items():
+                tokens = session.run(sess, feeds)  # warm-up
+                points.append((name, variant, size, sess, feeds, next(iter(tokens.values())).shape[0]))
+    runs = {(p[0], p[1], p[2]): [] for p in points}
+    for rep in range(reps):
+        say(f"latency round {rep + 1}/{reps} ({len(points)} points)")
+        for name, variant, size, sess, feeds, _ in points:
+            start = time.perf_counter()
+            sess.run(None, feeds)
+            runs[(name, variant, size)].append(round(time.perf_counter() - start, 4))
+    result: dict = {}
+    for name, variant, size, _, _, tokens in points:
+        median = statistics.median(runs[(name, variant, size)])
+        result.setdefault(name, {}).setdefault(variant, {})[size] = {
+            "median_s": median, "tokens": int(tokens), "ms_per_token": round(1000 * median / tokens, 3),
+            "runs_s": runs[(name, variant, size)]}
+    return result
+
+
+def summarize(name: str, stages: dict[str, dict]) -> dict:
+    """The figures of one pipeline, from its stage reports and graphs."""
+    export, optimized, int4 = (stages[s]["report"] for s in STAGES)
+    before, after = op_counts(stages["export"]["model"]), op_counts(stages["optimized"]["model"])
+    export_worst = worst([c for c in export["validation"]["cases"] if "outputs" in c])
+    int4_worst = worst(int4["validation"]["cases"])
+    stress = (int4.get("outlier_stress") or {}).get("validation") or {}
+    return {
+        "model": export["model"], "family": export["family"], "exporter": export["exporter"], "opset": export["opset"],
+        "export_s": round(sum(export["timings_s"].values()), 1), "export_peak_mib": export["peak_rss_mib"]["total"],
+        "dims": declared_dims(stages["export"]["model"]),
+        "ops_before": before, "ops_after": after,
+        "fused": {k: v for k, v in after.items() if k.startswith("com.microsoft.")},
+        "fp32_bytes": sum(optimized["files"].values()), "int4_bytes": sum(int4["files"].values()),
+        "int4_settings": int4.get("config"),
+        "export_cases": len(export["validation"]["cases"]), "export_passed": export["validation"]["passed"],
+        "export_max_abs": export_worst["max_abs"], "export_min_cosine": export_worst["min_cosine"],
+        "int4_min_token_cosine": int4_worst["min_token_cosine"],
+        "int4_stress_min_token_cosine": stress.get("min_token_cosine"),
+    }
+
+
+def _varies(dims: dict[str, list]) -> tuple[str, str]:
+    """(what varies, what is fixed) at run time, from the declared dims."""
+    symbols = sorted({d for shape in dims.values() for d in shape if isinstance(d, str)})
+    fixed = [f"{n} {[d for d in shape]}" for n, shape in dims.items()
+             if any(isinstance(d, int) for d in shape)]
+    return ", ".join(symbols), "; ".join(f"`{f}`" for f in fixed)
+
+
+def render(summaries: dict[str, dict], timings: dict, facts: dict) -> str:
+    names = list(summaries)
+    head = "| | " + " | ".join(f"`{summaries[n]['model']}`" for n in names) + " |"
+    rule = "|---|" + "---:|" * len(names)
+
+    def row(label, fn):
+        return f"| {label} | " + " | ".join(fn(summaries[n], n) for n in names) + " |"
+
+    mib = lambda b: f"{b / 2**20:,.0f} MiB"
+    lines = [
+        "# Qwen3-VL and Phi-4-multimodal through the same pipeline",
+        "",
+        (f"Written by `make compare` (`python -m bench.compare`) on {facts['machine']}, {facts['created']}, from "
+        "the stage folders of `make export` for each model (random weights at the published dims) and latency "
+        f"measured in this run: {facts['threads']} thread(s), median of {facts['reps']} runs after a warm-up, "
+        "all points interleaved. Latency is of one random RGB image through the family's own processor."),
+        "",
+        "## Export and graphs",
+        "",
+        head, rule,
+        row("export path (opset)", lambda s, n: f"{s['exporter']} ({s['opset']})"),
+        row("export + validation wall time", lambda s, n: f"{s['export_s']} s"),
+        row("export peak RSS", lambda s, n: f"{s['export_peak_mib']:,.0f} MiB"),
+        row("parity vs eager (cases, worst max abs diff, min cosine)",
+            lambda s, n: f"{s['export_cases']} cases {'passed' if s['export_passed'] else 'FAILED'}, "
+                         f"{s['export_max_abs']:.2e}, {s['export_min_cosine']:.6f}"),
+        row("varies at run time (symbolic dims)", lambda s, n: _varies(s["dims"])[0]),
+        row("fixed (static dims)", lambda s, n: _varies(s["dims"])[1]),
+        row("nodes before / after optimize", lambda s, n: f"{sum(s['ops_before'].values())} / {sum(s['ops_after'].values())}"),
+        row("fused ops after optimize", lambda s, n: ", ".join(f"{k.split('.')[-1]} {v}" for k, v in s["fused"].items())),
+        row("fp32 size (optimized)", lambda s, n: mib(s["fp32_bytes"])),
+        row("INT4 size", lambda s, n: f"{mib(s['int4_bytes'])} ({100 * s['int4_bytes'] / s['fp32_bytes']:.0f}%)"),
+        row("INT4 min per-token cosine vs fp32 (random / outlier-stress weights)",
+            lambda s, n: f"{s['int4_min_token_cosine']:.4f} / "
+                         + (f"{s['int4_stress_min_token_cosine']:.4f}" if s["int4_stress_min_token_cosine"] else "–")),
+        "",
+        "## Latency (ONNX Runtime CPU)",
+        "",
+        "| model | variant | size | tokens | median s | ms per output token |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for n in names:
+        for variant, sizes in timings[n].items():
+            for size, t in sizes.items():
+                lines.append(f"| `{summaries[n]['model']}` | {variant} | {size} | {t['tokens']} | "
+                             f"{t['median_s']:.3f} | {t['ms_per_token']:.2f} |")
+    lines += ["", "## Node counts by op type (export -> optimized)", ""]
+    for n in names:
+        s = summaries[n]
+        ops = sorted(set(s["ops_before"]) | set(s["ops_after"]),
+                     key=lambda k: -(s["ops_before"].get(k, 0) + s["ops_after"].get(k, 0)))
+        lines += [f"`{s['model']}`:", "", "| op | export | optimized |", "|---|---:|---:|"]
+        lines += [f"| {k} | {s['ops_before'].get(k, 0)} | {s['ops_after'].get(k, 0)} |" for k in ops]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="python -m bench.compare", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["qwen3-vl", "phi-4-mm"], help="build/NAME folders to compare")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--build", type=Path, default=ROOT / "build", help="folder holding build/MODEL/<stage>/")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "comparison.md")
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        if args.threads < 1 or args.reps < 1:
+            raise UsageError(f"--threads and --reps must be >= 1, got {args.threads} and {args.reps}")
+        models = {}
+        for name in args.models:
+            stages = read_stages(name, args.build)
+            export = stages["export"]["report"]
+            models[name] = {"stages": stages,
+                            "feeds": image_feeds(export["family"], export, stages["optimized"]["model"])}
+        summaries = {n: summarize(n, m["stages"]) for n, m in models.items()}
+        timings = time_all(models, args.threads, args.reps)
+        facts = {"machine": describe(machine()), "created": time.strftime("%Y-%m-%d"), "threads": args.threads,
+                 "reps": args.reps}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(render(summaries, timings, facts) + "\n")
+        results = args.out.with_suffix(".json")
+        results.write_text(json.dumps({"facts": facts, "summaries": summaries, "latency": timings}, indent=1) + "\n")
+        say(f"wrote {args.out} and {results}")
+        return 0
+
+    return main_wrapper(body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""The family protocol: one declared `Family` object per model family, torch-free.
+
+Every stage after the export (surgery, quantize, release, the product runtime, bench) reads what it
+needs of a model from its family's object, found by the `family` key of the ONNX metadata or of the
+release manifest. The torch side of a family (eager model, patcher, checkpoint loading, export module)
+lives in `builders/<family>/` and is named by `builder`.
+
+Inputs always travel as `{name: array}` in `input_names` order, never as model-specific tuples.
+A *layout* is the JSON facts of one validation case from which inputs of the same shapes and structure
+are rebuilt with random pixels (Qwen3-VL: `grid_thw`; Phi-4-multimodal: each image's crop grid and
+valid patches); stage reports record it per case, so each stage's report carries its own layouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+Inputs = dict[str, np.ndarray]
+Metadata = dict[str, str]  # ONNX metadata_props as written by the export stage
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a release package needs: `write_config` / `write_processor` take (export report, ONNX
+    metadata, destination folder), write `config.json` / `preprocessor_config.json` and return it;
+    `accepts` is what one call takes (model card); `usage` is Python running the package on a photo
+    (PACKAGE and FILE stand for the folder and model file)."""
+
+    write_config: Callable[[dict, Metadata, Path], dict]
+    write_processor: Callable[[dict, Metadata, Path], dict]
+    accepts: str
+    usage: str
+
+
+@dataclass(frozen=True)
+class Processing:
+    """The product runtime's preprocessing from a package folder (numpy + pillow, no torch):
+    `processor(folder)` -> the processor (or its settings) from preprocessor_config.json;
+    `image_inputs(image, processor)` -> {name: array} for one RGB uint8 image [H, W, 3];
+    `load_processor(folder)` raises UsageError unless preprocessor_config.json loads as the model's processor;
+    `embed_pack(folder, image_paths, frame_paths)` -> runtime.embed.Pack (images, and a video when it has one)."""
+
+    processor: Callable[[Path], object]
+    image_inputs: Callable[[np.ndarray, object], Inputs]
+    load_processor: Callable[[Path], object]
+    embed_pack: Callable[[Path, list, list], object]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family as the torch-free stages see it.
+
+    I/O contract: `input_names` (in order), `output_names(metadata)`, `dims` {symbolic dim: what it
+    counts}, `check_inputs(inputs, metadata)` (UsageError saying what the processor could not have made).
+    Metadata: `metadata_keys`, written by the export and read by later stages.
+    Layouts: `case_layout(inputs)` -> JSON facts (`layout_keys` among them), `layout_inputs(layout,
+    metadata, rng)` -> random inputs of that layout, `default_layouts(metadata)` -> [(case, layout)] for a
+    model whose report lists none (same-size-other-layout cases included).
+    Stages: `optimize_passes` (names of quantize.optimize.PASSES, in order) and `optimize_options(metadata)`
+    (keyword options of the ORT transformer-optimizer pass); `surgery_checks` (what `python -m surgery
+    stage` runs: "debake", "audit", "claims").
+    """
+
+    name: str
+    title: str
+    builder: str
+    input_names: tuple[str, ...]
+    output_names: Callable[[Metadata], list[str]]
+    dims: dict[str, str]
+    check_inputs: Callable[[Inputs, Metadata], None]
+    metadata_keys: tuple[str, ...]
+    layout_keys: tuple[str, ...]
+    case_layout: Callable[[Inputs], dict]
+    layout_inputs: Callable[[dict, Metadata, np.random.Generator], Inputs]
+    default_layouts: Callable[[Metadata], list[tuple[str, dict]]]
+    optimize_passes: tuple[str, ...]
+    optimize_options: Callable[[Metadata], dict]
+    surgery_checks: tuple[str, ...]
+    release: Release
+    processing: Processing

@@ -1,0 +1,76 @@
+"""Phi-4-multimodal image embedding: the family object (torch-free). The torch side is builders/phi4_mm/.
+
+Inputs pixel_values float32 [num_images, max_num_crops, 3, 448, 448], image_attention_mask float32
+[num_images, max_num_crops, 32, 32], image_sizes int64 [num_images, 2]; output image_features
+[num_image_tokens, out_hidden] (`spec`). A layout is {"layouts": [[rows, cols, valid_h, valid_w], ...]}
+per image (`crops.ImageLayout`), from which the processor's mask and image_sizes follow.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from families.base import Family, Inputs, Metadata, Processing, Release
+from families.phi4_mm import crops, layouts, processing, release, spec
+
+METADATA_KEYS = ("family", "export_image_sizes", "export_num_crops", "export_num_tokens", "crop_size",
+                 "patch_size", "feature_layer", "out_hidden_size", spec.METADATA_HEADS, spec.METADATA_WIDTH)
+
+
+def case_layout(inputs: Inputs) -> dict:
+    """image_sizes, crops (images x max crops) and each image's [rows, cols, valid_h, valid_w]."""
+    grids = crops.check_inputs(inputs)
+    return {"image_sizes": np.asarray(inputs["image_sizes"]).tolist(),
+            "crops": int(inputs["pixel_values"].shape[0] * inputs["pixel_values"].shape[1]),
+            "layouts": [[g.rows, g.cols, g.valid_h, g.valid_w] for g in grids]}
+
+
+def layout_inputs(layout: dict, metadata: Metadata, rng: np.random.Generator) -> Inputs:
+    """Random pixels on the real crops of the layout's images, the processor's mask and image_sizes."""
+    return crops.random_inputs([crops.ImageLayout(*map(int, g)) for g in layout["layouts"]], rng)
+
+
+def default_layouts(metadata: Metadata) -> list[tuple[str, dict]]:
+    """The export stage's packs (the export example first), as layouts."""
+    example = json.loads(metadata.get("export_image_sizes", json.dumps(layouts.EXAMPLE_IMAGES)))
+    result = []
+    for name, images in layouts.validation_layouts(example):
+        grids = [crops.layout(int(h), int(w)) for h, w in images]
+        result.append((name, {"layouts": [[g.rows, g.cols, g.valid_h, g.valid_w] for g in grids]}))
+    return result
+
+
+def optimize_options(metadata: Metadata) -> dict:
+    """ORT needs the head count and width (the export's reshape shapes are not constants)."""
+    return {"num_heads": int(metadata[spec.METADATA_HEADS]), "hidden_size": int(metadata[spec.METADATA_WIDTH])}
+
+
+FAMILY = Family(
+    name="phi-4-mm",
+    title="Phi-4-multimodal image embedding",
+    builder="builders.phi4_mm.family",
+    input_names=spec.INPUT_NAMES,
+    output_names=lambda metadata: [spec.OUTPUT_NAME],
+    dims={
+        spec.DIM_IMAGES: "images in the pack",
+        spec.DIM_CROPS: "crops of the image with the most (1 global + its HD tiles); others padded with "
+                        "zero crops and all-ones masks",
+        spec.DIM_TOKENS: "image tokens of the pack, in the order the model scatters them into inputs_embeds",
+    },
+    check_inputs=lambda inputs, metadata: crops.check_inputs(inputs) and None,
+    metadata_keys=METADATA_KEYS,
+    layout_keys=("layouts",),
+    case_layout=case_layout,
+    layout_inputs=layout_inputs,
+    default_layouts=default_layouts,
+    optimize_passes=spec.OPTIMIZE_PASSES,
+    optimize_options=optimize_options,
+    # No grid constants to debake (the crop geometry is fixed, the counts are computed at run time):
+    # the surgery stage checks the declared dims at every layout.
+    surgery_checks=("claims",),
+    release=Release(release.write_config, release.write_processor, release.ACCEPTS, release.USAGE),
+    processing=Processing(processing.processor, processing.image_inputs, processing.processor,
+                          processing.embed_pack),
+)

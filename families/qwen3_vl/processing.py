@@ -1,0 +1,73 @@
+"""Qwen3-VL preprocessing in the product runtime (no torch), from a package folder.
+
+Images: transformers' `Qwen2VLImageProcessorPil` configured from the package's preprocessor_config.json
+(families/qwen3_vl/preprocess.py): pixel_values float32 [h*w, 3*Tp*P*P], grid_thw int64 [[1, h, w]]
+(h, w in patches); the package must load with transformers' AutoImageProcessor (its PIL backend).
+A video: the numpy port of Qwen3VLVideoProcessor (families/qwen3_vl/preprocess_video.py), one entry
+with t > 1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import UsageError
+from families.qwen3_vl import contract
+
+
+def processor(folder: Path):
+    from families.qwen3_vl import preprocess as qwen3_vl
+
+    return qwen3_vl.load_processor(folder)
+
+
+def image_inputs(image: np.ndarray, loaded) -> dict[str, np.ndarray]:
+    from families.qwen3_vl import preprocess as qwen3_vl
+
+    pixel_values, grid_thw = qwen3_vl.preprocess(loaded, [image])
+    return {"pixel_values": pixel_values, "grid_thw": grid_thw}
+
+
+def load_processor(folder: Path):
+    from transformers import AutoImageProcessor
+
+    return AutoImageProcessor.from_pretrained(str(folder))
+
+
+def embed_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]):
+    """Images through the transformers processor, the video through the port; one packed grid."""
+    from families.qwen3_vl import preprocess as qwen3_vl
+    from families.qwen3_vl import preprocess_video as qwen3_vl_video
+    from runtime.embed import Pack, load_images
+
+    loaded = qwen3_vl.load_processor(folder)
+    merge = loaded.merge_size
+    pixels, grids, pack = [], [], Pack(feeds={})
+    for i, (path, rgb) in enumerate(zip(image_paths, load_images(image_paths))):
+        try:
+            values, grid = qwen3_vl.preprocess(loaded, [rgb])
+        except UsageError as err:
+            raise UsageError(f"{path}: {err}") from None
+        pixels.append(values)
+        grids.append(grid)
+        pack.names.append(f"image_{i}")
+        pack.sources.append([str(path)])
+    if frame_paths:
+        config = qwen3_vl_video.settings(folder, loaded.to_dict())
+        try:
+            values, grid = qwen3_vl_video.preprocess(load_images(frame_paths, "video frames"), config)
+        except UsageError as err:
+            raise UsageError(f"video {frame_paths[0].parent}: {err}") from None
+        pixels.append(values)
+        grids.append(grid)
+        pack.names.append("video")
+        pack.sources.append([str(p) for p in frame_paths])
+    grid_thw = np.concatenate(grids).astype(np.int64)
+    pixel_values = np.concatenate(pixels).astype(np.float32)
+    contract.check_grid(grid_thw, merge)  # the row length is checked against the model's input
+    pack.feeds = {"pixel_values": pixel_values, "grid_thw": grid_thw}
+    pack.facts = [{"grid_thw": g} for g in grid_thw]
+    pack.tokens = [int(np.prod(g)) // merge**2 for g in grid_thw]
+    return pack

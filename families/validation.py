@@ -1,0 +1,42 @@
+"""The validation layouts a stage (surgery, optimize, int8, int4) is checked at: those its input's own report lists, else the family's.
+
+A layout is {"case": name, **facts}: the facts are the family's `layout_keys` (Qwen3-VL: grid_thw;
+Phi-4-multimodal: each image's crop grid and valid patches), from which `Family.layout_inputs` rebuilds
+inputs with random pixels. Every stage records its layouts per case in its own report, so they follow
+the model through the pipeline; a stage reads only the report beside its input (never a sibling's).
+A model without such a report is checked at the family's `default_layouts` (the export's suite,
+recomputed from the ONNX metadata).
+"""
+
+from pathlib import Path
+
+import numpy as np
+
+from core import report as reports
+from core.errors import UsageError
+from families import Family, Metadata
+
+SEED = 0
+
+
+def from_report(model_file: Path, family: Family) -> list[dict]:
+    """The layouts of `validation.cases` in the report beside the model ([] when it lists none)."""
+    report = reports.read_beside(model_file)
+    validation = report.get("validation")
+    cases = (validation.get("cases") if isinstance(validation, dict) else None) or []
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and "case" in c for c in cases):
+        raise UsageError(f"{Path(model_file).parent / 'report.json'}: validation.cases is not a list of "
+                         "cases; fix or remove the report")
+    return [{"case": c["case"], **{k: c[k] for k in family.layout_keys}} for c in cases
+            if all(k in c for k in family.layout_keys)]
+
+
+def layouts_for(model_file: Path, metadata: Metadata, family: Family) -> list[dict]:
+    """The layouts to check a stage at: from the input's report, else the family's defaults."""
+    return from_report(model_file, family) or [{"case": name, **layout}
+                                               for name, layout in family.default_layouts(metadata)]
+
+
+def layout_inputs(family: Family, layouts: list[dict], metadata: Metadata) -> list[dict[str, np.ndarray]]:
+    """Deterministic random inputs for every layout (seed SEED + index)."""
+    return [family.layout_inputs(lay, metadata, np.random.default_rng(SEED + i)) for i, lay in enumerate(layouts)]

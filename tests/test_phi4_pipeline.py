@@ -1,0 +1,79 @@
+"""Phi-4-multimodal through every stage of `make export` (tiny config), through the same commands as
+Qwen3-VL: export -> surgery stage (the family's checks) -> optimize (the family's passes) -> int4, each
+stage's report self-contained; then `runtime encode` on the result, with the family's input checks."""
+
+import json
+
+import numpy as np
+import pytest
+
+from builders import vision
+from families import PHI4_MM
+from quantize import __main__ as quantize_cli
+from runtime import __main__ as runtime_cli
+from surgery import cli as surgery_cli
+from tests.conftest import single_error
+
+
+@pytest.fixture(scope="module")
+def stages(tmp_path_factory):
+    """{stage: folder} after running the pipeline's commands on the tiny Phi-4 config."""
+    root = tmp_path_factory.mktemp("phi4-pipeline")
+    folders = {name: root / name for name in ("export", "surgery", "optimized", "int4")}
+    assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(folders["export"])]) == 0
+    assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
+    assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
+    assert quantize_cli.main(["int4", str(folders["optimized"]), str(folders["int4"])]) == 0
+    return folders
+
+
+def _report(folder) -> dict:
+    return json.loads((folder / "report.json").read_text())
+
+
+def test_every_stage_report_is_self_contained(stages):
+    """Each report names the family and carries the tolerance and every validation case with its layout."""
+    export_cases = [c["case"] for c in _report(stages["export"])["validation"]["cases"]]
+    for name in ("surgery", "optimized", "int4"):
+        report = _report(stages[name])
+        assert report["family"] == "phi-4-mm" and report["tolerance"] == 1e-4
+        assert report["io"]["inputs"] == list(PHI4_MM.input_names)
+        cases = report["validation"]["cases"]
+        assert [c["case"] for c in cases] == export_cases, name
+        assert all("layouts" in c and c["ok"] for c in cases), name
+
+
+def test_surgery_stage_checks_the_declared_dims(stages):
+    checks = {c["check"]: c for c in _report(stages["surgery"])["checks"]}
+    assert set(checks) == {"claims"} and checks["claims"]["holds"]
+    assert checks["claims"]["declared"]["image_features"].startswith("[num_image_tokens,")
+
+
+def test_optimize_runs_the_family_passes_only(stages):
+    passes = {p["pass"]: p for p in _report(stages["optimized"])["passes"]}
+    assert [k for k, p in passes.items() if p.get("applies", True)] == list(PHI4_MM.optimize_passes)
+    assert all(passes[k]["ok"] for k in PHI4_MM.optimize_passes)
+
+
+def test_encode_takes_the_family_inputs(stages, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    pack = PHI4_MM.layout_inputs({"layouts": [[1, 2, 27, 64], [1, 1, 32, 32]]}, {}, rng)
+    np.savez(tmp_path / "in.npz", **pack)
+    out = tmp_path / "out.npz"
+    model = str(stages["int4"] / "model.onnx")
+    assert runtime_cli.main(["encode", model, "--inputs", str(tmp_path / "in.npz"), "--out", str(out)]) == 0
+    with np.load(out) as data:
+        assert data["image_features"].shape[0] == 1280
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"image_attention_mask": np.ones((2, 3, 16, 16), np.float32)}, "image_attention_mask must have shape [2, 3, 32, 32]"),
+    ({"image_sizes": np.array([[448, 1344], [448, 448]])}, "needs 1 + 1x3 = 4 crops but pixel_values has max_num_crops = 3"),
+])
+def test_encode_refuses_a_pack_the_processor_cannot_make(stages, tmp_path, capsys, change, message):
+    pack = PHI4_MM.layout_inputs({"layouts": [[1, 2, 27, 64], [1, 1, 32, 32]]}, {}, np.random.default_rng(0))
+    np.savez(tmp_path / "in.npz", **{**pack, **change})
+    out = tmp_path / "out.npz"
+    code = runtime_cli.main(["encode", str(stages["export"] / "model.onnx"), "--inputs", str(tmp_path / "in.npz"), "--out", str(out)])
+    assert code == 2 and message in single_error(capsys.readouterr().err)
+    assert not out.exists()
