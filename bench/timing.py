@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from runtime.layouts import random_pixels, smart_resize
+from families.qwen3_vl.layouts import random_pixels, smart_resize
 
 PATCH_DIM = 1536  # 3 channels x temporal patch 2 x 16 x 16
 
