@@ -45,6 +45,15 @@ def _fetch_from_hub(repo_id: str, prefixes: tuple[str, ...]) -> Path:
     return config.parent
 
 
+def checkpoint_config(checkpoint: str, prefixes: tuple[str, ...]) -> tuple[Path, dict]:
+    """(the checkpoint folder, its config.json as a dict); UsageError when it has none or it is bad."""
+    folder = resolve_checkpoint(checkpoint, prefixes)
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise UsageError(f"checkpoint folder {folder} has no config.json")
+    return folder, read_config_json(config_path)
+
+
 def read_config_json(path: Path) -> dict:
     """A checkpoint's JSON file (config.json, the shard index) as a dict; UsageError naming the file."""
     return read_json_object(path, "checkpoint file", "save the checkpoint again")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
-from quantize import int4, int8, optimize, outlier_check
+from quantize import int4, int8, optimize, outlier_check, quantizers
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -28,13 +28,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          help="replace an existing OUT that is not an earlier output of this stage")
     opt.add_argument("--skip", action="append", default=[], choices=list(optimize.PASSES),
                      help="leave out a pass (repeatable), e.g. --skip rotary")
-    int4_cmd.add_argument("--block-size", type=int, default=32, choices=int4.BLOCK_SIZES,
+    int4_cmd.add_argument("--block-size", type=int, default=32, choices=quantizers.BLOCK_SIZES,
                           help="weights per quantization block along K (default 32)")
     sym = int4_cmd.add_mutually_exclusive_group()
     sym.add_argument("--symmetric", dest="symmetric", action="store_true", default=True,
                      help="no zero points (default)")
     sym.add_argument("--asymmetric", dest="symmetric", action="store_false", help="with zero points")
-    int4_cmd.add_argument("--accuracy-level", type=int, default=4, choices=int4.ACCURACY_LEVELS,
+    int4_cmd.add_argument("--accuracy-level", type=int, default=4, choices=quantizers.ACCURACY_LEVELS,
                           help="MatMulNBits compute: 0 fp32, 4 int8 activations (default 4)")
     int4_cmd.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                           help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")
@@ -64,13 +64,13 @@ def add_int8_options(sub: argparse.ArgumentParser) -> None:
                           "nbits: MatMulNBits bits=8")
     sub.add_argument("--per-tensor", dest="per_channel", action="store_false", default=None,
                      help="dynamic: one weight scale per tensor instead of per output column")
-    sub.add_argument("--block-size", type=int, default=None, choices=int8.BLOCK_SIZES,
+    sub.add_argument("--block-size", type=int, default=None, choices=quantizers.BLOCK_SIZES,
                      help="nbits: weights per quantization block along K (default 32)")
     sym = sub.add_mutually_exclusive_group()
     sym.add_argument("--symmetric", dest="symmetric", action="store_true", default=None,
                      help="nbits: no zero points (default)")
     sym.add_argument("--asymmetric", dest="symmetric", action="store_false", help="nbits: with zero points")
-    sub.add_argument("--accuracy-level", type=int, default=None, choices=int8.ACCURACY_LEVELS,
+    sub.add_argument("--accuracy-level", type=int, default=None, choices=quantizers.ACCURACY_LEVELS,
                      help="nbits: MatMulNBits compute, 0 fp32, 4 int8 activations per block (default 4)")
     sub.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                      help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")

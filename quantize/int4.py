@@ -11,25 +11,14 @@ INT4 weights, not activations, limit its accuracy).
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
-from core.errors import UsageError
 from quantize import outlier_check, quantizers, weight_stage
-
-BLOCK_SIZES = (16, 32, 64, 128, 256)
-ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 
 
 def run(path: str | Path, out: str | Path, block_size: int = 32, symmetric: bool = True, accuracy_level: int = 4,
         exclude: list[str] | None = None, threads: int = 0, force: bool = False, outliers: str = "report",
         target: float = outlier_check.DEFAULT_TARGET) -> dict:
     """`python -m quantize int4`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
-    if block_size not in BLOCK_SIZES:
-        raise UsageError(f"--block-size must be one of {', '.join(map(str, BLOCK_SIZES))}, got {block_size}")
-    if accuracy_level not in ACCURACY_LEVELS:
-        raise UsageError(f"--accuracy-level must be one of 0..4 (0: fp32 compute, 4: int8), got {accuracy_level}")
-    fn = partial(quantizers.matmul_nbits, bits=4, block_size=block_size, symmetric=symmetric,
-                 accuracy_level=accuracy_level)
-    config = {"bits": 4, "block_size": block_size, "symmetric": symmetric, "accuracy_level": accuracy_level}
+    fn, config = quantizers.nbits(4, block_size, symmetric, accuracy_level)
     return weight_stage.run("int4", path, out, config, fn, exclude or [], threads, outliers, target, force)

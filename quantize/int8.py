@@ -19,8 +19,6 @@ from core.errors import UsageError
 from quantize import outlier_check, quantizers, weight_stage
 
 METHODS = ("dynamic", "nbits")
-BLOCK_SIZES = (16, 32, 64, 128, 256)
-ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 
 
 def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symmetric: bool = True,
@@ -30,14 +28,8 @@ def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symme
         return partial(quantizers.dynamic, per_channel=per_channel), {"method": method, "per_channel": per_channel}
     if method != "nbits":
         raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
-    if block_size not in BLOCK_SIZES:
-        raise UsageError(f"--block-size must be one of {', '.join(map(str, BLOCK_SIZES))}, got {block_size}")
-    if accuracy_level not in ACCURACY_LEVELS:
-        raise UsageError(f"--accuracy-level must be one of 0..4 (0: fp32 compute, 4: int8), got {accuracy_level}")
-    fn = partial(quantizers.matmul_nbits, bits=8, block_size=block_size, symmetric=symmetric,
-                 accuracy_level=accuracy_level)
-    return fn, {"method": method, "bits": 8, "block_size": block_size, "symmetric": symmetric,
-                "accuracy_level": accuracy_level}
+    fn, settings = quantizers.nbits(8, block_size, symmetric, accuracy_level)
+    return fn, {"method": method, **settings}
 
 
 def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel: bool = True, block_size: int = 32,

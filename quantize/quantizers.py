@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import onnx
@@ -24,6 +25,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from core import onnx_io
+from core.errors import UsageError
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
 #: The op each quantizer leaves in place of a quantized MatMul (what the reports count).
@@ -45,6 +47,20 @@ def quantizable(model: ir.Model) -> list[tuple[ir.Node, str]]:
     """The MatMul nodes with a constant 2-D weight (what both quantizers quantize)."""
     return [(n, w) for n, w in weight_nodes(model)
             if n.op_type == "MatMul" and len(n.inputs[1].const_value.shape) == 2]
+
+
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+ACCURACY_LEVELS = (0, 1, 2, 3, 4)
+
+
+def nbits(bits: int, block_size: int, symmetric: bool, accuracy_level: int):
+    """(file -> file MatMulNBits quantizer, its settings) after checking them (UsageError naming the option)."""
+    if block_size not in BLOCK_SIZES:
+        raise UsageError(f"--block-size must be one of {', '.join(map(str, BLOCK_SIZES))}, got {block_size}")
+    if accuracy_level not in ACCURACY_LEVELS:
+        raise UsageError(f"--accuracy-level must be one of 0..4 (0: fp32 compute, 4: int8), got {accuracy_level}")
+    settings = {"bits": bits, "block_size": block_size, "symmetric": symmetric, "accuracy_level": accuracy_level}
+    return partial(matmul_nbits, **settings), settings
 
 
 def matmul_nbits(src: Path, dst: Path, skip: list[str], bits: int, block_size: int, symmetric: bool,

@@ -4,7 +4,7 @@
 
     onnx/vision_encoder.onnx [+ vision_encoder.onnx_data]   fp32 (see release/stages.py for which stage)
     onnx/vision_encoder_int8.onnx, onnx/vision_encoder_q4.onnx   one per quantized stage present
-    config.json, preprocessor_config.json                  release/families.py
+    config.json, preprocessor_config.json                  the family's `release` (families/<family>/release.py)
     manifest.json                                          release/manifest.py
     README.md                                              release/card.py (from the manifest alone)
     SHA256SUMS                                             `sha256sum -c` format, every other file

@@ -82,11 +82,8 @@ def build_random(config: ModelConfig, seed: int) -> Phi4MultimodalImageEmbedding
 
 def build_from_checkpoint(checkpoint: str) -> tuple[Phi4MultimodalImageEmbedding, Path]:
     """The image embedding of a Phi4MultimodalForCausalLM `save_pretrained` folder (only its weights)."""
-    folder = ckpt.resolve_checkpoint(checkpoint, IMAGE_EMBED_PREFIXES)
+    folder, raw = ckpt.checkpoint_config(checkpoint, IMAGE_EMBED_PREFIXES)
     config_path = folder / "config.json"
-    if not config_path.exists():
-        raise UsageError(f"checkpoint folder {folder} has no config.json")
-    raw = ckpt.read_config_json(config_path)
     if raw.get("model_type") != "phi4_multimodal":
         raise UsageError(f"checkpoint {folder}: config.json has model_type {raw.get('model_type')!r}, "
                          "not 'phi4_multimodal'")

@@ -9,11 +9,12 @@ mask Add (scores and BERT's mask) hide the mask from the fusion's pattern matche
 the class is untouched.
 """
 
-import contextlib
 import math
 
 import torch
 from transformers.models.phi4_multimodal import modeling_phi4_multimodal as phi4
+
+from builders.patching import swapped
 
 
 def bidirectional_attention_forward(
@@ -35,12 +36,6 @@ def bidirectional_attention_forward(
     return self.out_proj(out), None
 
 
-@contextlib.contextmanager
 def bidirectional_attention():
     """Swap `Phi4MultimodalVisionAttention.forward` for the export form inside the block; restore on exit."""
-    original = phi4.Phi4MultimodalVisionAttention.forward
-    phi4.Phi4MultimodalVisionAttention.forward = bidirectional_attention_forward
-    try:
-        yield
-    finally:
-        phi4.Phi4MultimodalVisionAttention.forward = original
+    return swapped(phi4.Phi4MultimodalVisionAttention, "forward", bidirectional_attention_forward)

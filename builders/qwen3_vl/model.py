@@ -68,11 +68,8 @@ def build_random(config: ModelConfig, seed: int) -> Qwen3VLVisionModel:
 
 def build_from_checkpoint(checkpoint: str) -> tuple[Qwen3VLVisionModel, Path]:
     """The tower of a Qwen3VLForConditionalGeneration checkpoint, loading only the vision weights."""
-    folder = ckpt.resolve_checkpoint(checkpoint, VISION_PREFIXES)
+    folder, raw = ckpt.checkpoint_config(checkpoint, VISION_PREFIXES)
     config_path = folder / "config.json"
-    if not config_path.exists():
-        raise UsageError(f"checkpoint folder {folder} has no config.json")
-    raw = ckpt.read_config_json(config_path)
     if not isinstance(raw.get("vision_config"), dict):
         raise UsageError(f"checkpoint {folder}: config.json has no vision_config mapping (not a Qwen3-VL checkpoint?)")
     check_values(raw["vision_config"], Qwen3VLVisionConfig().to_dict(), config_path, "vision_config.")

@@ -7,11 +7,11 @@ raises GuardOnDataDependentSymNode. The patched form hands q, k, v and `grid_thw
 inside the graph (one fused attention per frame, no N x N tensor: see that module for the decision).
 """
 
-import contextlib
 
 import torch
 from transformers.models.qwen3_vl import modeling_qwen3_vl as qwen3_vl
 
+from builders.patching import swapped
 from builders.qwen3_vl.segment_attention import segment_attention
 
 GRID_KWARG = "segment_grid_thw"
@@ -40,12 +40,6 @@ def segment_attention_forward(
     return self.proj(attended.reshape(-1, self.dim))
 
 
-@contextlib.contextmanager
 def segment_attention_patch():
     """Swap `Qwen3VLVisionAttention.forward` for the segment form inside the block; restore on exit."""
-    original = qwen3_vl.Qwen3VLVisionAttention.forward
-    qwen3_vl.Qwen3VLVisionAttention.forward = segment_attention_forward
-    try:
-        yield
-    finally:
-        qwen3_vl.Qwen3VLVisionAttention.forward = original
+    return swapped(qwen3_vl.Qwen3VLVisionAttention, "forward", segment_attention_forward)
