@@ -77,3 +77,21 @@ def test_encode_refuses_a_pack_the_processor_cannot_make(stages, tmp_path, capsy
     code = runtime_cli.main(["encode", str(stages["export"] / "model.onnx"), "--inputs", str(tmp_path / "in.npz"), "--out", str(out)])
     assert code == 2 and message in single_error(capsys.readouterr().err)
     assert not out.exists()
+
+
+def test_compare_reads_the_stage_folders(stages, tmp_path):
+    """`make compare`'s writer on this build: every figure filled from the reports and a latency run."""
+    from bench import compare
+
+    root = stages["export"].parent
+    out = tmp_path / "comparison.md"
+    assert compare.main(["--models", root.name, "--build", str(root.parent), "--reps", "1", "--threads", "1",
+                         "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| export path (opset) | torchscript (18) |" in text
+    assert "max_num_crops, num_image_tokens, num_images" in text
+    figures = json.loads(out.with_suffix(".json").read_text())
+    latency = figures["latency"][root.name]
+    assert set(latency) == {"fp32", "int4"} and set(latency["fp32"]) == {"448x448", "896x896"}
+    assert latency["fp32"]["896x896"]["tokens"] == 1329  # 1 + 4 crops: 32 * 33 + 1 + 16 * 17
+    assert figures["summaries"][root.name]["ops_after"].get("com.microsoft.SkipLayerNormalization")
