@@ -14,13 +14,24 @@ valid patches); stage reports record it per case, so each stage's report carries
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 Inputs = dict[str, np.ndarray]
 Metadata = dict[str, str]  # ONNX metadata_props as written by the export stage
+
+
+@dataclass
+class Pack:
+    """One model run: the feeds by input name, and per entry its name, source files, facts and token count."""
+
+    feeds: dict[str, np.ndarray]
+    names: list[str] = field(default_factory=list)
+    sources: list[list[str]] = field(default_factory=list)
+    facts: list[dict[str, np.ndarray]] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -42,7 +53,8 @@ class Processing:
     `processor(folder)` -> the processor (or its settings) from preprocessor_config.json;
     `image_inputs(image, processor)` -> {name: array} for one RGB uint8 image [H, W, 3];
     `load_processor(folder)` raises UsageError unless preprocessor_config.json loads as the model's processor;
-    `embed_pack(folder, image_paths, frame_paths)` -> runtime.embed.Pack (images, and a video when it has one)."""
+    `embed_pack(folder, images, frames)` -> `Pack`: images [(path, RGB uint8 [H, W, 3])] and the frames of
+    one video (same form; [] for none) preprocessed and packed for one model run."""
 
     processor: Callable[[Path], object]
     image_inputs: Callable[[np.ndarray, object], Inputs]

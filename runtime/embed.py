@@ -1,7 +1,7 @@
 """`python -m runtime embed IMAGE [IMAGE ...] --package DIR|DIR.tar.gz --out FILE.npz`: embeddings of image
 files (and of one video given as frames) from a release package, without torch.
 
-Every image (and the video) is preprocessed as the model's own processor does (runtime/preprocess/),
+Every image (and the video) is preprocessed as the model's own processor does (`Family.processing`: families/<family>/preprocess*.py),
 then all of them run as one pack (mixed sizes) through `onnx/vision_encoder[_VARIANT].onnx`, and the
 outputs are split back per entry. FILE.npz holds:
 - `entries`: str [num_entries], `image_0`, `image_1`, ... in the order given, then `video`;
@@ -16,7 +16,6 @@ exit 2, with nothing written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,22 +26,12 @@ from core.progress import say, step
 from core.report import read_json_object
 from core.staging import check_result_file, staged_file
 from families import family
+from families.base import Pack
 from runtime import images, unpack
 
 TAG = "embed"
 MODEL_STEM = "onnx/vision_encoder"
 PROGRESS_EVERY = 8  # with more files than this, a progress line every this many
-
-
-@dataclass
-class Pack:
-    """One model run: the feeds by input name, and per entry its name, source files, facts and token count."""
-
-    feeds: dict[str, np.ndarray]
-    names: list[str] = field(default_factory=list)
-    sources: list[list[str]] = field(default_factory=list)
-    facts: list[dict[str, np.ndarray]] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
 
 
 def read_manifest(folder: Path) -> dict:
@@ -134,7 +123,9 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
         model = model_file(folder, manifest, variant)
         with step(f"preprocess {len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video"
                                                                if frame_paths else ""), tag=TAG):
-            pack = family(family_name).processing.embed_pack(folder, image_paths, frame_paths)
+            pack = family(family_name).processing.embed_pack(
+                folder, list(zip(image_paths, load_images(image_paths))),
+                list(zip(frame_paths, load_images(frame_paths, "video frames"))))
         sess = session.open_session(model, threads)
         feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
         with step(f"run {model.relative_to(folder)} on {len(pack.names)} entries "

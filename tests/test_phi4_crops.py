@@ -13,7 +13,7 @@ SIZES = [(448, 448), (896, 896), (500, 1000), (1000, 500), (610, 500), (1670, 30
 
 @pytest.mark.parametrize("size", SIZES)
 def test_layout_matches_the_processor_port(size):
-    """Mask, image_sizes and token count agree with runtime.preprocess's port of the processor."""
+    """Mask, image_sizes and token count agree with families.phi4_mm.preprocess (the port of the processor)."""
     image = np.random.default_rng(0).integers(0, 256, (*size, 3), dtype=np.uint8)
     processed = preprocess.preprocess([image], preprocess.config_dict())
     lay = crops.layout(*size)

@@ -22,7 +22,7 @@ import numpy as np
 
 from core.errors import UsageError
 from core.report import read_json_object
-from runtime.preprocess.resample import normalize, resize_bicubic, resize_uint8_aa
+from families.resample import normalize, resize_bicubic, resize_uint8_aa
 
 CONFIG_FILE = "preprocessor_config.json"
 #: Phi4MultimodalImageProcessor's class defaults in transformers 5.23 (the test checks them).

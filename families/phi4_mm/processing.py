@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import UsageError
+from families.base import Pack
 from families.phi4_mm.spec import INPUT_NAMES
 
 
@@ -28,23 +29,22 @@ def image_inputs(image: np.ndarray, settings: dict) -> dict[str, np.ndarray]:
     return {name: pack[name] for name in INPUT_NAMES}
 
 
-def embed_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]):
+def embed_pack(folder: Path, images: list[tuple[Path, np.ndarray]], frames: list[tuple[Path, np.ndarray]]) -> Pack:
     """Images through the numpy port of the Phi-4-multimodal processor (it takes no video)."""
     from families.phi4_mm import preprocess as phi4_mm
-    from runtime.embed import Pack, load_images
 
-    if frame_paths:
+    if frames:
         raise UsageError("--video needs a Qwen3-VL package; Phi-4-multimodal embeds images only")
     config = phi4_mm.load_config(folder)
     parts = []
-    for path, rgb in zip(image_paths, load_images(image_paths)):
+    for path, rgb in images:
         try:
             parts.append(phi4_mm.preprocess_one(rgb, config))
         except UsageError as err:
             raise UsageError(f"{path}: {err}") from None
     packed = phi4_mm.pack(parts)
     pack = Pack(feeds={k: packed[k] for k in INPUT_NAMES})
-    for i, (path, (crops, _, size, tokens)) in enumerate(zip(image_paths, parts)):
+    for i, ((path, _), (crops, _, size, tokens)) in enumerate(zip(images, parts)):
         pack.names.append(f"image_{i}")
         pack.sources.append([str(path)])
         pack.facts.append({"image_size": np.array(size, dtype=np.int64), "num_crops": np.int64(len(crops))})

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import UsageError
-from runtime.preprocess.resample import normalize, resize_uint8_aa
+from families.resample import normalize, resize_uint8_aa
 
 CONFIG_FILE = "video_preprocessor_config.json"
 #: Qwen3VLVideoProcessor's class defaults in transformers 5.23 (the test checks them against the class).

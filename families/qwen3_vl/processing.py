@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import UsageError
+from families.base import Pack
 from families.qwen3_vl import contract
 
 
@@ -36,16 +37,15 @@ def load_processor(folder: Path):
     return AutoImageProcessor.from_pretrained(str(folder))
 
 
-def embed_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]):
+def embed_pack(folder: Path, images: list[tuple[Path, np.ndarray]], frames: list[tuple[Path, np.ndarray]]) -> Pack:
     """Images through the transformers processor, the video through the port; one packed grid."""
     from families.qwen3_vl import preprocess as qwen3_vl
     from families.qwen3_vl import preprocess_video as qwen3_vl_video
-    from runtime.embed import Pack, load_images
 
     loaded = qwen3_vl.load_processor(folder)
     merge = loaded.merge_size
     pixels, grids, pack = [], [], Pack(feeds={})
-    for i, (path, rgb) in enumerate(zip(image_paths, load_images(image_paths))):
+    for i, (path, rgb) in enumerate(images):
         try:
             values, grid = qwen3_vl.preprocess(loaded, [rgb])
         except UsageError as err:
@@ -54,16 +54,16 @@ def embed_pack(folder: Path, image_paths: list[Path], frame_paths: list[Path]):
         grids.append(grid)
         pack.names.append(f"image_{i}")
         pack.sources.append([str(path)])
-    if frame_paths:
+    if frames:
         config = qwen3_vl_video.settings(folder, loaded.to_dict())
         try:
-            values, grid = qwen3_vl_video.preprocess(load_images(frame_paths, "video frames"), config)
+            values, grid = qwen3_vl_video.preprocess([rgb for _, rgb in frames], config)
         except UsageError as err:
-            raise UsageError(f"video {frame_paths[0].parent}: {err}") from None
+            raise UsageError(f"video {frames[0][0].parent}: {err}") from None
         pixels.append(values)
         grids.append(grid)
         pack.names.append("video")
-        pack.sources.append([str(p) for p in frame_paths])
+        pack.sources.append([str(p) for p, _ in frames])
     grid_thw = np.concatenate(grids).astype(np.int64)
     pixel_values = np.concatenate(pixels).astype(np.float32)
     contract.check_grid(grid_thw, merge)  # the row length is checked against the model's input
