@@ -87,7 +87,10 @@ def validation(report: dict) -> dict:
 def stage_record(stage: Stage) -> dict:
     report = stage.report
     record = {"stage": stage.name, "created": report.get("created")}
-    if stage.name == "surgery":
+    if stage.name == "surgery" and "checks" in report:  # `surgery stage`: the family's checks, then per-case records
+        record["surgery"] = {"command": report.get("command"), "checks": [c.get("check") for c in report["checks"]]}
+        record["validation"] = validation(report)
+    elif stage.name == "surgery":  # a single surgery command (debake) run by hand
         record["surgery"] = {k: report[k] for k in ("command", "fixed", "unfixable") if k in report}
         record["surgery"]["findings"] = len(report.get("findings", []))
         record["verification"] = report.get("verification")

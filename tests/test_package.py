@@ -28,12 +28,15 @@ NAME = "qwen3-vl-tiny"
 
 @pytest.fixture(scope="module")
 def build(tiny_exports, tmp_path_factory) -> Path:
-    """build/qwen3-vl-tiny/{export, optimized, int4} from the tiny TorchScript export."""
+    """build/qwen3-vl-tiny/{export, surgery, optimized, int4} from the tiny TorchScript export, through the
+    commands of `make export`."""
     from quantize import __main__ as quantize_cli
+    from surgery import cli as surgery_cli
 
     root = tmp_path_factory.mktemp("build") / NAME
     shutil.copytree(tiny_exports["torchscript"], root / "export")
-    assert quantize_cli.main(["optimize", str(root / "export"), str(root / "optimized"), "--threads", "1"]) == 0
+    assert surgery_cli.main(["stage", str(root / "export"), str(root / "surgery")]) == 0
+    assert quantize_cli.main(["optimize", str(root / "surgery"), str(root / "optimized"), "--threads", "1"]) == 0
     assert quantize_cli.main(["int4", str(root / "optimized"), str(root / "int4"), "--block-size", "32",
                               "--threads", "1"]) == 0
     return root
@@ -93,6 +96,9 @@ def test_package_layout(dist, build):
     assert q4["accuracy_vs_fp32"]["min_cosine"] == int4_report["validation"]["min_cosine"]
     export_cases = json.loads((build / "export/report.json").read_text())["validation"]["cases"]
     assert [c["case"] for c in manifest["stages"][0]["validation"]["cases"]] == [c["case"] for c in export_cases]
+    surgery = next(s for s in manifest["stages"] if s["stage"] == "surgery")
+    assert surgery["surgery"]["checks"] == ["debake", "audit", "claims"]
+    assert [c["case"] for c in surgery["validation"]["cases"]] == [c["case"] for c in export_cases]
     for path, record in manifest["files"].items():
         assert record["size"] == (folder / path).stat().st_size
     card = (folder / "README.md").read_text()
