@@ -51,6 +51,8 @@ def _check_not_input(out: Path, inputs: Sequence[str | os.PathLike], folder_outp
                          "it: give a new folder for OUT")
     for given in inputs:
         src = _real(given)
+        if not src.exists():  # nothing to clobber; reading it says it is missing
+            continue
         if folder_output:
             folder = src if src.is_dir() else src.parent
             clash = out == src or out == folder or folder in out.parents or out in src.parents

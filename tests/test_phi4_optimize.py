@@ -92,3 +92,12 @@ def test_attention_is_fused_with_the_mask(built):
     for name, inputs, expected in cases:
         metrics = compare(_features(sess, inputs), expected, CONFIG.tolerance)
         assert metrics["ok"], f"{name}: {metrics}"
+
+
+def test_attention_fusion_reads_large_weights(built, monkeypatch):
+    """At published dims every weight is large; the ORT pass must hand them to the Attention fusion (which
+    concatenates q, k, v) rather than hold them out as it does for graphs with Loop bodies (Qwen3-VL)."""
+    metadata, path, _ = built
+    monkeypatch.setattr(ort_transformer, "HOLD_OUT_BYTES", 1)  # every weight counts as large
+    _, stats = _declared_passes(path, metadata)
+    assert stats.get("Attention", 0) >= 1, stats

@@ -76,9 +76,12 @@ def test_int4_of_a_model_without_matmul_is_refused(tiny_exports, tmp_path, capsy
     (["optimize", "IN", "OUT", "--skip", "everything"], "--skip"),
     (["optimize", "IN", "OUT", "--fast"], "--fast"),
     (["optimize", "missing/model.onnx", "OUT"], "not found"),
+    # a stage folder that was never made, beside OUT (the stage before failed): said missing, not a clash
+    (["int4", "SIBLING", "OUT"], "not found"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tiny_exports, tmp_path, capsys, args, words):
-    args = [str(tiny_exports["torchscript"]) if a == "IN" else str(tmp_path / "out") if a == "OUT" else a for a in args]
+    named = {"IN": str(tiny_exports["torchscript"]), "OUT": str(tmp_path / "out"), "SIBLING": str(tmp_path / "optimized")}
+    args = [named.get(a, a) for a in args]
     assert cli.main(args) == 2
     assert words in single_error(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()

@@ -6,9 +6,11 @@ encoder it fuses Gelu / FastGelu / BiasGelu and LayerNormalization; its Attentio
 SkipLayerNormalization fusions find nothing (packed qkv, 2D RoPE, custom mask, rank-2 activations),
 which the project's own passes then handle.
 
-Large weights are held out while ORT's optimizer runs (it gets data-less stand-ins and reads only small
-constants): its symbolic shape inference copies every initializer of the main graph into each Loop body
-it infers, which with the per-frame attention Loop of every block (24 at 2B dims) exhausts memory.
+In a graph with subgraphs (Qwen3-VL's per-frame attention Loop in every block), large weights are held
+out while ORT's optimizer runs (it gets data-less stand-ins and reads only small constants): its symbolic
+shape inference copies every initializer of the main graph into each Loop body it infers, which with 24
+Loops at 2B dims exhausts memory. A graph without subgraphs (Phi-4-multimodal) keeps its weights: the
+Attention fusion reads the q, k, v weights to concatenate them.
 """
 
 import logging
@@ -27,7 +29,7 @@ def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, 
     """Return (optimized model, {fused op type: count} as ORT reports them, zero counts dropped)."""
     options = FusionOptions(MODEL_TYPE)
     options.attention_mask_format = AttentionMaskFormat.AttentionMask
-    held = _hold_out_weights(model)
+    held = _hold_out_weights(model) if _has_subgraphs(model) else {}
     try:
         proto = onnx_io.to_proto(model)
     finally:
@@ -40,6 +42,12 @@ def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, 
     result = ir.serde.deserialize_model(optimized.model)
     _put_back(result, held)
     return result, stats
+
+
+def _has_subgraphs(model: ir.Model) -> bool:
+    return any(isinstance(attr.value, ir.Graph) or (isinstance(attr.value, list) and attr.value
+                                                    and isinstance(attr.value[0], ir.Graph))
+               for node in model.graph for attr in node.attributes.values())
 
 
 def _hold_out_weights(model: ir.Model) -> dict[str, ir.TensorProtocol]:
