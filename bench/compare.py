@@ -56,6 +56,15 @@ def op_counts(model_file: Path) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def fused_weight_bytes(model_file: Path) -> int:
+    """Bytes of the weights held by fused com.microsoft ops other than MatMulNBits (ORT's Attention takes
+    the q, k, v weights into one): MatMul-weight quantizers cannot reach them. Read without the weights."""
+    graph = onnx_io.read_proto(model_file).graph
+    sizes = {t.name: int(np.prod(t.dims)) * 4 for t in graph.initializer if t.data_type == 1}
+    return sum(sizes.get(name, 0) for node in graph.node if node.domain == "com.microsoft"
+               and node.op_type != "MatMulNBits" for name in node.input)
+
+
 def declared_dims(model_file: Path) -> dict[str, list]:
     """{input/output name: dims (int or symbol)} as the graph declares them."""
     graph = onnx_io.read_proto(model_file).graph
@@ -117,6 +126,7 @@ def summarize(name: str, stages: dict[str, dict]) -> dict:
         "ops_before": before, "ops_after": after,
         "fused": {k: v for k, v in after.items() if k.startswith("com.microsoft.")},
         "fp32_bytes": sum(optimized["files"].values()), "int4_bytes": sum(int4["files"].values()),
+        "int4_fused_fp32_bytes": fused_weight_bytes(stages["int4"]["model"]),
         "int4_settings": int4.get("config"),
         "export_cases": len(export["validation"]["cases"]), "export_passed": export["validation"]["passed"],
         "export_max_abs": export_worst["max_abs"], "export_min_cosine": export_worst["min_cosine"],
@@ -165,6 +175,8 @@ def render(summaries: dict[str, dict], timings: dict, facts: dict) -> str:
         row("fused ops after optimize", lambda s, n: ", ".join(f"{k.split('.')[-1]} {v}" for k, v in s["fused"].items())),
         row("fp32 size (optimized)", lambda s, n: mib(s["fp32_bytes"])),
         row("INT4 size", lambda s, n: f"{mib(s['int4_bytes'])} ({100 * s['int4_bytes'] / s['fp32_bytes']:.0f}%)"),
+        row("INT4: fp32 weights inside fused ops (not MatMuls, so not quantized)",
+            lambda s, n: mib(s["int4_fused_fp32_bytes"])),
         row("INT4 min per-token cosine vs fp32 (random / outlier-stress weights)",
             lambda s, n: f"{s['int4_min_token_cosine']:.4f} / "
                          + (f"{s['int4_stress_min_token_cosine']:.4f}" if s["int4_stress_min_token_cosine"] else "–")),
