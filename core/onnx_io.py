@@ -226,8 +226,10 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
 
     Only for models under protobuf's 2 GiB limit: UsageError past it, never a protobuf traceback.
     """
-    if weight_bytes(model) >= 2**31 - 2**24:
-        raise UsageError(f"the model has {weight_bytes(model) / 2**30:.2f} GiB of weights, past protobuf's 2 GiB "
+    inline = sum(v.const_value.nbytes for v in model.graph.initializers.values()
+                 if v.const_value is not None and not isinstance(v.const_value, ir.ExternalTensor))
+    if inline >= 2**31 - 2**24:  # external references (e.g. weights held out of a pass) serialise as a few bytes
+        raise UsageError(f"the model has {inline / 2**30:.2f} GiB of weights, past protobuf's 2 GiB "
                          "limit for an in-memory model; this step cannot take it")
     proto = ir.serde.serialize_model(model)
     proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
