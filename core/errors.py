@@ -7,7 +7,9 @@ cause in that line, and no traceback.
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -33,13 +35,20 @@ def one_line(text: str) -> str:
     return " | ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main_wrapper(body: Callable[[], int]) -> int:
     """Run a command's body; map UsageError to exit 2 and CheckFailed to exit 1 with one `error:` line.
 
     MemoryError is reported as bad input too (the request was larger than the machine), and
-    KeyboardInterrupt as an interrupted run (exit 130); both without a traceback.
+    KeyboardInterrupt or SIGTERM (`kill`, a job scheduler) as an interrupted run (exit 130); both without a
+    traceback. SIGTERM is turned into KeyboardInterrupt so that staged outputs are cleaned up on the way out.
     """
     logging.getLogger("onnx_ir").setLevel(logging.ERROR)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return body()
     except UsageError as err:
