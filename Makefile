@@ -63,7 +63,7 @@ bench: $(STAMP)
 	$(PY) -m bench.latency --model $(MODEL)
 	$(PY) -m bench.scale --model $(MODEL)
 
-# Wall time and peak RSS of every stage of `make export` (both export paths, debake, optimize, int8, int4),
+# Wall time and peak RSS of every stage of `make export` (both export paths, surgery, optimize, int8, int4),
 # each in its own process, against the target of 4x the fp32 model: bench/results/export.md.
 bench-export: $(STAMP)
 	$(PY) -m bench.export_bench --model $(MODEL) --int8-flags "$(INT8_FLAGS)" --int4-flags "$(INT4_FLAGS)"

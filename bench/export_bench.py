@@ -3,7 +3,7 @@
 Stages, each in its own fresh process so that its peak RSS is its own (`os.wait4` rusage of that child):
   export-torchscript  python -m builders.vision --out WORK/export
   export-dynamo       python -m builders.vision --dynamo --out WORK/export-dynamo
-  debake              python -m surgery debake WORK/export/model.onnx WORK/surgery/model.onnx
+  surgery             python -m surgery stage WORK/export WORK/surgery  (the family's checks, as in `make export`)
   optimize            python -m quantize optimize WORK/surgery WORK/optimized
   int8                python -m quantize int8 WORK/optimized WORK/int8 INT8_FLAGS
   int4                python -m quantize int4 WORK/optimized WORK/int4 INT4_FLAGS
@@ -33,7 +33,7 @@ TARGET_RATIO = 4.0
 #: Same defaults as the Makefile's INT8_FLAGS / INT4_FLAGS.
 INT8_FLAGS = "--method nbits --block-size 32 --symmetric --accuracy-level 4 --outliers exclude"
 INT4_FLAGS = "--block-size 128 --symmetric --accuracy-level 4"
-STAGES = ("export-torchscript", "export-dynamo", "debake", "optimize", "int8", "int4")
+STAGES = ("export-torchscript", "export-dynamo", "surgery", "optimize", "int8", "int4")
 DEFAULT_NAMES = ("qwen3-vl", "qwen3-vl-2b")  # written as export.json / export.md; other models as export-NAME.*
 MARKER = ".export-bench"  # marks a work folder this benchmark made (and may therefore empty)
 
@@ -43,8 +43,7 @@ def commands(model_args: list[str], work: Path, int8_flags: str, int4_flags: str
     return {
         "export-torchscript": ["-m", "builders.vision", *model_args, "--out", str(work / "export")],
         "export-dynamo": ["-m", "builders.vision", *model_args, "--dynamo", "--out", str(work / "export-dynamo")],
-        "debake": ["-m", "surgery", "debake", str(work / "export" / "model.onnx"),
-                   str(work / "surgery" / "model.onnx")],
+        "surgery": ["-m", "surgery", "stage", str(work / "export"), str(work / "surgery")],
         "optimize": ["-m", "quantize", "optimize", str(work / "surgery"), str(work / "optimized")],
         "int8": ["-m", "quantize", "int8", str(work / "optimized"), str(work / "int8"), *shlex.split(int8_flags)],
         "int4": ["-m", "quantize", "int4", str(work / "optimized"), str(work / "int4"), *shlex.split(int4_flags)],
@@ -142,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_work(work)
     model_args = ["--config", str(args.config)] if args.config else ["--model", args.model]
     argvs = commands(model_args, work, args.int8_flags, args.int4_flags)
-    folders = {"export-torchscript": "export", "export-dynamo": "export-dynamo", "debake": "surgery",
+    folders = {"export-torchscript": "export", "export-dynamo": "export-dynamo", "surgery": "surgery",
                "optimize": "optimized", "int8": "int8", "int4": "int4"}
     records, fp32_mib = [], None
     for stage in stages:
