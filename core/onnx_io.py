@@ -32,6 +32,8 @@ MAX_IR_VERSION = 10
 #: The highest IR version ONNX Runtime 1.31 loads ("Unsupported model IR version: 14, max supported 13").
 ORT_MAX_IR_VERSION = 13
 MODEL_FILE = "model.onnx"
+#: Loading a model of at least this many bytes of weights first runs a full garbage collection (`collect_for`).
+COLLECT_THRESHOLD = 64 * 2**20
 
 
 def model_path(path: str | os.PathLike) -> Path:
@@ -121,7 +123,7 @@ def load(path: str | os.PathLike, in_memory: bool = False) -> ir.Model:
     """
     path = model_path(path)
     read_proto(path)
-    gc.collect()  # a dropped onnx-ir model (reference cycles) frees its weights before this one loads
+    collect_for(path)
     try:
         model = ir.load(str(path))
         if in_memory:
@@ -137,6 +139,27 @@ def has_external_data(path: str | os.PathLike) -> bool:
     """Whether the model file at `path` keeps any weight in an external file."""
     proto = onnx.load(str(model_path(path)), load_external_data=False)
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(proto.graph))
+
+
+def collect_for(src: str | os.PathLike | ir.Model | onnx.ModelProto) -> None:
+    """A full garbage collection before `src` is loaded, when `src` is large (>= COLLECT_THRESHOLD).
+
+    A dropped onnx-ir model is full of reference cycles and keeps its weights until the next cyclic
+    collection, so loading a large model next to one could hold two copies of the weights. Small models
+    skip it: a full collection costs 0.1-1 s in a process with a large heap (torch imported), which a
+    loop over small models (the outlier check's one-MatMul models, surgery on detectors, the tests) paid
+    at every load.
+    """
+    if isinstance(src, ir.Model):
+        size = weight_bytes(src)
+    elif isinstance(src, onnx.ModelProto):
+        size = sum(t.ByteSize() for t in src.graph.initializer)
+    else:
+        path = Path(src) / MODEL_FILE if Path(src).is_dir() else Path(src)
+        # the model file and its external data (`NAME.data`, or `NAME_data` in packages); none when missing
+        size = sum(f.stat().st_size for f in path.parent.glob(path.name + "*") if f.is_file())
+    if size >= COLLECT_THRESHOLD:
+        gc.collect()
 
 
 def weight_bytes(model: ir.Model) -> int:

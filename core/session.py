@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import re
 import tempfile
@@ -65,7 +64,7 @@ def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: i
     serialised whole past protobuf's limit; ORT cannot resolve external data of in-memory bytes).
     A model ORT refuses raises UsageError with ORT's reason on one line.
     """
-    gc.collect()  # a dropped onnx-ir model (reference cycles) frees its weights before ORT loads another copy
+    onnx_io.collect_for(src)  # a dropped onnx-ir model frees its weights before ORT loads another copy
     options = _options(threads)
     try:
         if isinstance(src, (ir.Model, onnx.ModelProto)):
