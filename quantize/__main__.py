@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
-from quantize import int4, int8, optimize, outlier_check, quantizers
+from quantize import int4, int8, optimize, outlier_channels, outlier_check, quantizers
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,6 +55,9 @@ def add_outlier_options(sub: argparse.ArgumentParser, default: str) -> None:
     sub.add_argument("--stress-target", type=float, default=outlier_check.DEFAULT_TARGET, metavar="COS",
                      help="min per-token cosine the outlier-stress copy must reach with --outliers exclude "
                           f"(default {outlier_check.DEFAULT_TARGET})")
+    sub.add_argument("--outlier-ratio", type=float, default=outlier_channels.DEFAULT_RATIO, metavar="R",
+                     help="split off into fp32 the MatMul input channels whose max |x| exceeds R x the median "
+                          f"channel's (LLM.int8()-style; 0: off; default {outlier_channels.DEFAULT_RATIO:g})")
 
 
 def add_int8_options(sub: argparse.ArgumentParser) -> None:
@@ -100,11 +103,12 @@ def main(argv: list[str] | None = None) -> int:
             optimize.run(args.input, args.out, set(args.skip), args.threads, force=args.force)
         elif args.command == "int8":
             int8.run(args.input, args.out, args.method, args.per_channel, args.block_size, args.symmetric,
-                     args.accuracy_level, args.exclude, args.outliers, args.stress_target, args.threads, args.force)
+                     args.accuracy_level, args.exclude, args.outliers, args.stress_target, args.threads, args.force,
+                     args.outlier_ratio)
         else:
             int4.run(args.input, args.out, args.block_size, args.symmetric, args.accuracy_level,
                      args.exclude, args.threads, force=args.force, outliers=args.outliers,
-                     target=args.stress_target)
+                     target=args.stress_target, outlier_ratio=args.outlier_ratio)
         return 0
 
     return main_wrapper(body)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantize import outlier_check, quantizers, weight_stage
+from quantize import outlier_channels, outlier_check, quantizers, weight_stage
 
 
 def run(path: str | Path, out: str | Path, block_size: int = 32, symmetric: bool = True, accuracy_level: int = 4,
         exclude: list[str] | None = None, threads: int = 0, force: bool = False, outliers: str = "report",
-        target: float = outlier_check.DEFAULT_TARGET) -> dict:
+        target: float = outlier_check.DEFAULT_TARGET, outlier_ratio: float = outlier_channels.DEFAULT_RATIO) -> dict:
     """`python -m quantize int4`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
     fn, config = quantizers.nbits(4, block_size, symmetric, accuracy_level)
-    return weight_stage.run("int4", path, out, config, fn, exclude or [], threads, outliers, target, force)
+    return weight_stage.run("int4", path, out, config, fn, exclude or [], threads, outliers, target, force,
+                            outlier_ratio)

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from core.errors import UsageError
-from quantize import outlier_check, quantizers, weight_stage
+from quantize import outlier_channels, outlier_check, quantizers, weight_stage
 
 METHODS = ("dynamic", "nbits")
 
@@ -35,7 +35,8 @@ def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symme
 def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel: bool = True, block_size: int = 32,
         symmetric: bool = True, accuracy_level: int = 4, exclude: list[str] | None = None,
         outliers: str = "exclude", target: float = outlier_check.DEFAULT_TARGET, threads: int = 0,
-        force: bool = False) -> dict:
+        force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO) -> dict:
     """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
     fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level)
-    return weight_stage.run("int8", path, out, config, fn, exclude or [], threads, outliers, target, force)
+    return weight_stage.run("int8", path, out, config, fn, exclude or [], threads, outliers, target, force,
+                            outlier_ratio)

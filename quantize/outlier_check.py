@@ -4,9 +4,10 @@ On the outlier-stress copy of the input (`quantize.outliers`: residual channels 
 1. sensitivity: each quantizable MatMul alone, quantized by the stage's own quantizer as a one-node
    model and fed its fp32 input from the stressed model at the first probe layout; its output is compared
    with the fp32 MatMul's (min per-token cosine). The lowest cosines are the MatMuls whose inputs the
-   quantizer cannot represent.
-2. exclusion (mode "exclude"): the whole stressed model is quantized once, then the k most sensitive
-   MatMuls are put back in fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
+   quantizer cannot represent (quantized alone, without the outlier-channel split of
+   `quantize.outlier_channels`, which needs the whole model to calibrate).
+2. exclusion (mode "exclude"): the whole stressed model is quantized once; when it misses the target
+   at the probe layouts (PROBE_CASES), step 1 ranks the MatMuls and the k most sensitive are put back in fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
    at the probe layouts (PROBE_CASES) reaches the target; then bisected down to the smallest such k.
 3. validation: the stressed model quantized with the final exclusions, at every validation layout.
 Mode "report" does only 3, with no exclusion. The caller applies the exclusions to the real model.
@@ -146,27 +147,33 @@ def _read_names(nodes) -> set[str]:
     return names
 
 
-def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[str], feeds: list[dict],
-           references: list[list[np.ndarray]], target: float, threads: int) -> tuple[int, list[dict]]:
+def search(stressed: Path, quantize: Quantizer, rank: Callable[[], list[str]], skip: list[str], feeds: list[dict],
+           references: list[list[np.ndarray]], target: float, threads: int) -> tuple[int, list[dict], list[str]]:
     """Smallest k such that leaving `ranked[:k]` fp32 (plus `skip`) reaches `target` at the probe layouts.
 
-    The stressed model is quantized once; each trial puts k MatMuls back (`restore_fp32`). Files go
-    beside `stressed` (external weights resolve only within a model's folder).
-    Returns (k, trials [{excluded, min_token_cosine}]); k = len(ranked) when nothing reaches it.
+    The stressed model is quantized once; each trial puts k MatMuls back (`restore_fp32`). `rank()` gives
+    the MatMuls most sensitive first; it is called only when the model quantized whole misses the target.
+    Files go beside `stressed` (external weights resolve only within a model's folder).
+    Returns (k, trials [{excluded, min_token_cosine}], ranked); k = len(ranked) when nothing reaches it.
     """
     trials: dict[int, float] = {}
     folder = stressed.parent
     full, trial_file = folder / "search-quantized.onnx", folder / "search-trial.onnx"
     quantize(stressed, full, skip)
+    ranked: list[str] = []
 
     def trial(k: int) -> float:
         if k not in trials:
-            restore_fp32(full, stressed, ranked[:k], trial_file)
-            trials[k] = _token_cosine(open_session(trial_file, threads), feeds, references)
+            if k:
+                restore_fp32(full, stressed, ranked[:k], trial_file)
+            trials[k] = _token_cosine(open_session(trial_file if k else full, threads), feeds, references)
             say(f"  outlier stress: {k} MatMul(s) fp32 -> min per-token cosine {trials[k]:.5f}")
         return trials[k]
 
     try:
+        if trial(0) >= target:
+            return 0, [{"excluded": 0, "min_token_cosine": trials[0]}], ranked
+        ranked = rank()
         k, last_bad = 0, -1
         while trial(k) < target and k < len(ranked):
             last_bad = k
@@ -183,7 +190,7 @@ def search(stressed: Path, quantize: Quantizer, ranked: list[str], skip: list[st
     finally:
         for f in folder.glob("search-*"):
             f.unlink()
-    return k, [{"excluded": n, "min_token_cosine": c} for n, c in sorted(trials.items())]
+    return k, [{"excluded": n, "min_token_cosine": c} for n, c in sorted(trials.items())], ranked
 
 
 @dataclass
@@ -215,12 +222,14 @@ def run(stressed: Stressed, quantize: Quantizer, skip: list[str], layouts: list[
         excluded: list[str] = []
         trials: list[dict] = []
         if mode == "exclude":
-            with step("outlier stress: sensitivity of each MatMul alone", timings):
-                ranked = sensitivity(stressed.path, quantize, inputs[probe[0]], work, threads)
-            candidates = [r["node"] for r in ranked if r["node"] not in skip]
+            def rank() -> list[str]:
+                with step("outlier stress: sensitivity of each MatMul alone", timings):
+                    ranked.extend(sensitivity(stressed.path, quantize, inputs[probe[0]], work, threads))
+                return [r["node"] for r in ranked if r["node"] not in skip]
+
             with step(f"outlier stress: MatMuls to keep fp32 for min per-token cosine >= {target}", timings):
-                k, trials = search(stressed.path, quantize, candidates, skip, [inputs[i] for i in probe],
-                                   [reference[i] for i in probe], target, threads)
+                k, trials, candidates = search(stressed.path, quantize, rank, skip, [inputs[i] for i in probe],
+                                               [reference[i] for i in probe], target, threads)
             excluded = candidates[:k]
         with step("outlier stress: quantized vs fp32 at the validation layouts", timings):
             final = work / "final.onnx"

@@ -21,7 +21,7 @@ from core.errors import UsageError
 from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
-from quantize import outlier_check, quantizers, stage
+from quantize import outlier_channels, outlier_check, quantizers, stage
 
 
 def excluded(nodes: list[tuple[str, str]], patterns: list[str]) -> list[str]:
@@ -109,15 +109,19 @@ def no_matmul_error(model) -> UsageError:
 
 def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quantize: outlier_check.Quantizer,
         exclude: list[str], threads: int, outliers: str, target: float = outlier_check.DEFAULT_TARGET,
-        force: bool = False) -> dict:
+        force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO) -> dict:
     """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
 
     `config` (the stage's options) goes into the report as is. `outliers`: "exclude", "report" or "off".
+    `outlier_ratio` > 0: outlier input channels of each MatMul (max |x| above that many times the median
+    channel's, `quantize.outlier_channels`) are split off into fp32 MatMuls before quantizing; 0: off.
     """
     if outliers not in outlier_check.MODES:
         raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
     if not 0 < target <= 1:
         raise UsageError(f"--stress-target must be in (0, 1], got {target}")
+    if outlier_ratio != 0 and not outlier_ratio > 1:
+        raise UsageError(f"--outlier-ratio must be 0 (off) or greater than 1, got {outlier_ratio}")
     excluded([], exclude)  # a bad pattern is refused before any work
     check_folder_output(out, stage_name, [path], force)
     timings: dict[str, float] = {}
@@ -129,6 +133,11 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         if len(skip) == len(prepared.nodes):
             raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(prepared.nodes)} MatMul(s): nothing "
                              "would be quantized; narrow the pattern")
+        split_record: dict[str, dict[str, list[int]]] = {}
+        probe = outlier_check.probe_indices(source.layouts)
+        if outlier_ratio:
+            quantize = outlier_channels.keeping_outliers_fp32(quantize, [source.inputs[i] for i in probe], threads,
+                                                              outlier_ratio, split_record)
         stress = None
         if outliers != "off":
             stress = outlier_check.run(prepared.stressed, quantize, skip, source.layouts, source.inputs, outliers,
@@ -142,7 +151,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                 cases = metrics.check(open_session(model_file, threads), source.layouts, source.inputs,
                                      source.reference, tolerance=None)
             model = onnx_io.load(model_file)
-            reason = {**{n: "excluded (--exclude)" for n in skip}, **{n: "excluded (outlier stress)" for n in stress_skip}}
+            reason = {**{n: "excluded (--exclude)" for n in skip}, **{n: "excluded (outlier stress)" for n in stress_skip},
+                      **{n + outlier_channels.SUFFIX: "outlier input channels (fp32)"
+                         for n in split_record.get(prepared.fp32_file.name, {})}}
             fp32 = [{"node": n.name, "op": n.op_type, "weight": w, "shape": list(n.inputs[1].const_value.shape),
                      "reason": reason.get(n.name, "not a MatMul" if n.op_type != "MatMul" else "left by the quantizer")}
                     for n, w in quantizers.weight_nodes(model)]
@@ -156,6 +167,14 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                 "fp32_weight_nodes": fp32,
                 "op_counts": stage.op_counts(model),
                 "validation": {"reference": "fp32 input model in ONNX Runtime", **worst, "cases": cases},
+                "outlier_channels": {
+                    "ratio": outlier_ratio,
+                    "how": ("input channels whose max |x| at the calibration layouts exceeds ratio x the median "
+                            "channel's are split off into an fp32 MatMul (quantize/outlier_channels.py)"),
+                    "calibration_cases": [source.layouts[i]["case"] for i in probe],
+                    "model": split_record.get(prepared.fp32_file.name, {}),
+                    "outlier_stress_model": split_record.get(prepared.stressed.path.name) if prepared.stressed else None,
+                } if outlier_ratio else None,
                 "outlier_stress": stress,
                 "files": files,
                 "input_files": input_files,

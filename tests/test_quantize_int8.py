@@ -67,12 +67,11 @@ def test_outlier_stress_section(dynamic):
     blocks = {f"visual.blocks.{i}.{name}.weight" for i in range(support.DEPTH) for name in ("attn.proj", "mlp.linear_fc2")}
     assert {w.removesuffix(".matmul") for w in writers if "blocks" in w} == blocks, writers
     assert any("patch_embed" in w for w in writers), writers
-    assert {r["node"] for r in stress["sensitivity"]} >= {n["node"] for n in report["fp32_weight_nodes"]
-                                                           if n["reason"] == "excluded (outlier stress)"}
-    assert len(stress["sensitivity"]) == LINEAR_LAYERS
-    cosines = [r["min_token_cosine"] for r in stress["sensitivity"]]
-    assert cosines == sorted(cosines)
-    assert stress["search"][0]["excluded"] == 0
+    # quantized whole (outlier channels split off), the stressed copy meets the target at the probes: no
+    # ranking of the MatMuls is needed and none is kept fp32
+    assert stress["search"] == [{"excluded": 0, "min_token_cosine": stress["search"][0]["min_token_cosine"]}]
+    assert stress["search"][0]["min_token_cosine"] >= stress["target_min_token_cosine"]
+    assert stress["sensitivity"] == [] and stress["excluded"] == []
     assert len(stress["validation"]["cases"]) == len(report["validation"]["cases"])
     assert stress["met"] == (stress["validation"]["min_token_cosine"] >= stress["target_min_token_cosine"])
 
@@ -84,6 +83,9 @@ def test_outlier_stress_excludes_what_fails(dynamic, optimized, tmp_path):
     target = 1 - (1 - full) / 2
     report = build(optimized, tmp_path / "strict", "--stress-target", f"{target:.7f}")
     stress = report["outlier_stress"]
+    assert len(stress["sensitivity"]) == LINEAR_LAYERS
+    cosines = [r["min_token_cosine"] for r in stress["sensitivity"]]
+    assert cosines == sorted(cosines)
     kept = [n["node"] for n in report["fp32_weight_nodes"] if n["reason"] == "excluded (outlier stress)"]
     assert kept and sorted(kept) == sorted(stress["excluded"])
     assert stress["excluded"] == [r["node"] for r in stress["sensitivity"][:len(kept)]]  # the most sensitive first
