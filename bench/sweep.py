@@ -32,6 +32,8 @@ RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
 POINTS = [
+    ("int8 dynamic per-channel, no split, no exclusion", "int8",
+     ["--method", "dynamic", "--outliers", "report", "--outlier-ratio", "0"]),
     ("int8 dynamic per-channel, no exclusion", "int8", ["--method", "dynamic", "--outliers", "report"]),
     ("int8 dynamic per-channel", "int8", ["--method", "dynamic", "--outliers", "exclude"]),
     ("int8 nbits b32 sym a4", "int8", ["--method", "nbits", "--block-size", "32", "--symmetric",
