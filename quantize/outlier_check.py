@@ -28,7 +28,7 @@ from core import onnx_io
 from core import parity as metrics
 from core.progress import say, step
 from core.session import open_session
-from quantize import outliers, quantizers
+from quantize import outlier_channels, outliers, quantizers
 
 #: Quantizer signature: (model file in, model file out, names of the MatMuls to leave fp32).
 Quantizer = Callable[[Path, Path, list[str]], None]
@@ -65,18 +65,8 @@ def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, t
     """
     model = onnx_io.load(model_file)
     nodes = quantizers.quantizable(model)
-    taps = {n.inputs[0].name for n, _ in nodes}
-    proto = onnx.load(str(model_file), load_external_data=False)
-    proto.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in sorted(taps))
-    tapped = model_file.with_name("tapped.onnx")  # beside model_file: external weights resolve only there
-    onnx.save(proto, str(tapped))  # the weights stay where model_file keeps them
-    try:
-        session = open_session(tapped, threads)
-        names = [o.name for o in session.get_outputs()]
-        values = dict(zip(names, session.run(None, feed)))
-        del session
-    finally:
-        tapped.unlink()
+    taps = outlier_channels.tap(model_file, sorted({n.inputs[0].name for n, _ in nodes}), [feed], threads)
+    values = {name: found[0] for name, found in taps.items()}
     records = []
     for node, weight_name in nodes:
         x = values[node.inputs[0].name]
