@@ -7,7 +7,8 @@ Stages, each in its own fresh process so that its peak RSS is its own (`os.wait4
   optimize            python -m quantize optimize WORK/surgery WORK/optimized
   int8                python -m quantize int8 WORK/optimized WORK/int8 INT8_FLAGS
   int4                python -m quantize int4 WORK/optimized WORK/int4 INT4_FLAGS
-Each peak is also given as a multiple of the fp32 model's size (model.onnx + model.onnx.data of the
+Without export-torchscript in --stages, the stages given run again on the folders of an earlier run
+(--work) and replace only their own rows of its results. Each peak is also given as a multiple of the fp32 model's size (model.onnx + model.onnx.data of the
 export) against the target of at most 4x. Results: RESULTS/export.json and export.md (Qwen3-VL 2B;
 another model: export-NAME.json / .md). Not a test:
 numbers depend on the machine and on what else runs on it.
@@ -138,12 +139,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
     name = args.config.stem if args.config else args.model
     work = args.work or Path("build/bench-export") / name
-    prepare_work(work)
+    stem = "export" if name in DEFAULT_NAMES else f"export-{name}"  # other models do not replace the 2B table
+    earlier: dict = {}
+    if "export-torchscript" in stages:
+        prepare_work(work)
+    else:  # later stages again (e.g. other INT8 flags) on the folders of an earlier run: its other rows stay
+        if not (work / MARKER).exists() or not (args.results / f"{stem}.json").exists():
+            parser.error(f"without export-torchscript, --work {work} must hold an earlier run of this benchmark "
+                         f"and {args.results / (stem + '.json')} its results")
+        earlier = json.loads((args.results / f"{stem}.json").read_text())
     model_args = ["--config", str(args.config)] if args.config else ["--model", args.model]
     argvs = commands(model_args, work, args.int8_flags, args.int4_flags)
     folders = {"export-torchscript": "export", "export-dynamo": "export-dynamo", "surgery": "surgery",
                "optimize": "optimized", "int8": "int8", "int4": "int4"}
-    records, fp32_mib = [], None
+    records, fp32_mib = [], earlier.get("fp32_mib") or None
     for stage in stages:
         print(f"[export-bench] {stage}: python {' '.join(argvs[stage])}", flush=True)
         record = {"stage": stage, "command": "python " + " ".join(argvs[stage]),
@@ -159,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{record['peak_rss_mib']:.0f} MiB (log {work / (stage + '.log')})", flush=True)
         if record["exit"] != 0:
             break
+    if earlier:
+        rerun = {r["stage"] for r in records}
+        records = [r for r in earlier["stages"] if r["stage"] not in rerun] + records
+        records.sort(key=lambda r: STAGES.index(r["stage"]) if r["stage"] in STAGES else len(STAGES))
     for record in records:
         record["ratio"] = round(record["peak_rss_mib"] / fp32_mib, 2) if fp32_mib else None
         record["meets_target"] = record["ratio"] is not None and record["ratio"] <= TARGET_RATIO
@@ -166,18 +179,18 @@ def main(argv: list[str] | None = None) -> int:
         "model": name,
         "machine": describe(machine()),
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python -m bench.export_bench " + " ".join(_without_note(argv if argv is not None else sys.argv[1:])),
-        "note": args.note,
+        "command": (f"{earlier['command']}`, then `" if earlier else "") + "python -m bench.export_bench "
+                   + " ".join(_without_note(argv if argv is not None else sys.argv[1:])),
+        "note": " ".join(filter(None, [earlier.get("note"), args.note])),
         "fp32_mib": fp32_mib or 0.0,
         "target_ratio": TARGET_RATIO,
         "stages": records,
     }
     args.results.mkdir(parents=True, exist_ok=True)
-    stem = "export" if name in DEFAULT_NAMES else f"export-{name}"  # other models do not replace the 2B table
     (args.results / f"{stem}.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.results / f"{stem}.md").write_text(markdown(results))
     print(markdown(results))
-    return 0 if all(r["exit"] == 0 for r in records) and len(records) == len(stages) else 1
+    return 0 if all(r["exit"] == 0 for r in records) and set(stages) <= {r["stage"] for r in records} else 1
 
 
 if __name__ == "__main__":
