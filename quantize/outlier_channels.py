@@ -139,10 +139,11 @@ def keeping_outliers_fp32(quantize: Quantizer, feeds: list[dict], threads: int, 
     Calibrates every model it is given at `feeds` (once per file), writes the split model to a temporary
     folder beside the output and quantizes that, skipping the added fp32 MatMuls. `record[src file
     name]` gets the channels found ({node: channels}; empty when none, and the model is then quantized
-    as it is). A model whose inputs are not those of `feeds` (the outlier check's one-MatMul models)
-    cannot be calibrated with them and is quantized as it is.
+    as it is). A model whose inputs are not those of `feeds` (the outlier check's one-MatMul models, which
+    keep their node's name) cannot be calibrated with them: it gets the channels last found for its nodes.
     """
     found: dict[tuple, dict[str, list[int]]] = {}
+    last: dict[str, list[int]] = {}
     names = set(feeds[0]) if feeds else set()
 
     def run(src: Path, dst: Path, skip: list[str]) -> None:
@@ -150,10 +151,15 @@ def keeping_outliers_fp32(quantize: Quantizer, feeds: list[dict], threads: int, 
         if key not in found:
             graph = onnx.load(str(src), load_external_data=False).graph
             inputs = {v.name for v in graph.input} - {t.name for t in graph.initializer}
-            found[key] = find(src, feeds, threads, ratio) if inputs == names else {}
             if inputs == names:
-                record[src.name] = found[key]
-        channels = found[key]
+                found[key] = record[src.name] = find(src, feeds, threads, ratio)
+                last.clear()
+                last.update(found[key])
+            else:
+                return quantize_split(src, dst, skip, {n.name: last[n.name] for n in graph.node if n.name in last})
+        quantize_split(src, dst, skip, found[key])
+
+    def quantize_split(src: Path, dst: Path, skip: list[str], channels: dict[str, list[int]]) -> None:
         if not channels:
             quantize(src, dst, skip)
             return

@@ -4,8 +4,8 @@ On the outlier-stress copy of the input (`quantize.outliers`: residual channels 
 1. sensitivity: each quantizable MatMul alone, quantized by the stage's own quantizer as a one-node
    model and fed its fp32 input from the stressed model at the first probe layout; its output is compared
    with the fp32 MatMul's (min per-token cosine). The lowest cosines are the MatMuls whose inputs the
-   quantizer cannot represent (quantized alone, without the outlier-channel split of
-   `quantize.outlier_channels`, which needs the whole model to calibrate).
+   quantizer cannot represent (with the outlier-channel split of `quantize.outlier_channels`, each alone
+   gets the channels found for its node in the whole stressed model).
 2. exclusion (mode "exclude"): the whole stressed model is quantized once; when it misses the target
    at the probe layouts (PROBE_CASES), step 1 ranks the MatMuls and the k most sensitive are put back in fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
    at the probe layouts (PROBE_CASES) reaches the target; then bisected down to the smallest such k.
