@@ -167,11 +167,24 @@ def weight_bytes(model: ir.Model) -> int:
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
 
+def declare_domains(model: ir.Model) -> None:
+    """Add an opset import (version 1) for every custom domain a node uses but the model does not declare.
+
+    ORT's transformer optimizer adds `com.microsoft` nodes without importing the domain: ONNX Runtime runs
+    such a model, but ONNX's shape inference (which `quantize_dynamic` runs) refuses it ("No opset import
+    for domain com.microsoft").
+    """
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        if node.domain not in ("", "ai.onnx") and node.domain not in model.opset_imports:
+            model.opset_imports[node.domain] = 1
+
+
 def save(model: ir.Model, path: str | os.PathLike, external: bool | None = None) -> dict[str, int]:
     """Write `model` to `path` at IR version <= MAX_IR_VERSION; weights go to `<name>.data` beside it
     when `external` (None: when they exceed EXTERNAL_DATA_THRESHOLD). Returns {file name: bytes}."""
     path = Path(path)
     model.ir_version = min(model.ir_version, MAX_IR_VERSION)
+    declare_domains(model)
     if external is None:
         external = weight_bytes(model) > EXTERNAL_DATA_THRESHOLD
     data = path.with_name(path.name + ".data")

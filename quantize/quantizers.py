@@ -93,7 +93,8 @@ def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool) -> None:
         quantize_dynamic(src, out, op_types_to_quantize=["MatMul"], per_channel=per_channel,
                          weight_type=QuantType.QInt8, nodes_to_exclude=list(skip),
                          use_external_data_format=onnx_io.has_external_data(src),
-                         extra_options={"MatMulConstBOnly": True})
+                         # float32 where shape inference cannot tell (outputs of com.microsoft ops: BiasGelu, ...)
+                         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT})
         proto = onnx.load(str(out))
         proto.producer_name = "vlm-vision-onnx.quantize"  # quantize_dynamic writes its own
         onnx_io.save_proto(proto, dst)

@@ -34,3 +34,17 @@ def test_inline_weights_past_the_limit_are_refused():
 
     with pytest.raises(UsageError, match="past protobuf's 2 GiB"):
         onnx_io.to_proto(_model(Big(np.zeros((4, 4), np.float32), name="w")))
+
+
+def test_save_declares_every_custom_domain_a_node_uses(tmp_path):
+    """ORT's optimizer adds com.microsoft nodes without the opset import; ONNX shape inference needs it."""
+    import onnx
+
+    x = ir.Value(name="x", shape=ir.Shape([2, 4]), type=ir.TensorType(ir.DataType.FLOAT))
+    node = ir.node("FastGelu", [x], domain="com.microsoft", name="gelu")
+    node.outputs[0].name = "y"
+    model = ir.Model(ir.Graph([x], node.outputs, nodes=[node], opset_imports={"": 18}), ir_version=10)
+    onnx_io.save(model, tmp_path / "model.onnx")
+    proto = onnx.load(str(tmp_path / "model.onnx"))
+    assert {(o.domain, o.version) for o in proto.opset_import} == {("", 18), ("com.microsoft", 1)}
+    onnx.shape_inference.infer_shapes(proto, strict_mode=True)

@@ -1,6 +1,6 @@
 """Phi-4-multimodal through every stage of `make export` (tiny config), through the same commands as
-Qwen3-VL: export -> surgery stage (the family's checks) -> optimize (the family's passes) -> int4, each
-stage's report self-contained; then `runtime encode` on the result, with the family's input checks."""
+Qwen3-VL: export -> surgery stage (the family's checks) -> optimize (the family's passes) -> int8, int4, each
+stage's report self-contained (int8 too, as `make export` runs it); then `runtime encode` on the result, with the family's input checks."""
 
 import json
 
@@ -19,10 +19,11 @@ from tests.conftest import single_error
 def stages(tmp_path_factory):
     """{stage: folder} after running the pipeline's commands on the tiny Phi-4 config."""
     root = tmp_path_factory.mktemp("phi4-pipeline")
-    folders = {name: root / name for name in ("export", "surgery", "optimized", "int4")}
+    folders = {name: root / name for name in ("export", "surgery", "optimized", "int8", "int4")}
     assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(folders["export"])]) == 0
     assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
     assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
+    assert quantize_cli.main(["int8", str(folders["optimized"]), str(folders["int8"])]) == 0
     assert quantize_cli.main(["int4", str(folders["optimized"]), str(folders["int4"])]) == 0
     return folders
 
@@ -34,7 +35,7 @@ def _report(folder) -> dict:
 def test_every_stage_report_is_self_contained(stages):
     """Each report names the family and carries the tolerance and every validation case with its layout."""
     export_cases = [c["case"] for c in _report(stages["export"])["validation"]["cases"]]
-    for name in ("surgery", "optimized", "int4"):
+    for name in ("surgery", "optimized", "int8", "int4"):
         report = _report(stages[name])
         assert report["family"] == "phi-4-mm" and report["tolerance"] == 1e-4
         assert report["io"]["inputs"] == list(PHI4_MM.input_names)
