@@ -33,7 +33,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_RATIO = 4.0
 #: Same defaults as the Makefile's INT8_FLAGS / INT4_FLAGS.
 INT8_FLAGS = "--method nbits --block-size 32 --symmetric --accuracy-level 4 --outliers exclude"
-INT4_FLAGS = "--block-size 128 --symmetric --accuracy-level 4"
+INT4_FLAGS = "--block-size 128 --asymmetric --accuracy-level 4"
 STAGES = ("export-torchscript", "export-dynamo", "surgery", "optimize", "int8", "int4")
 DEFAULT_NAMES = ("qwen3-vl", "qwen3-vl-2b")  # written as export.json / export.md; other models as export-NAME.*
 MARKER = ".export-bench"  # marks a work folder this benchmark made (and may therefore empty)
