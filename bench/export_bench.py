@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": describe(machine()),
         "date": time.strftime("%Y-%m-%d"),
         "command": (f"{earlier['command']}`, then `" if earlier else "") + "python -m bench.export_bench "
-                   + " ".join(_without_note(argv if argv is not None else sys.argv[1:])),
+                   + shlex.join(_without_note(argv if argv is not None else sys.argv[1:])),
         "note": " ".join(filter(None, [earlier.get("note"), args.note])),
         "fp32_mib": fp32_mib or 0.0,
         "target_ratio": TARGET_RATIO,
