@@ -8,8 +8,8 @@ Stages, each in its own fresh process so that its peak RSS is its own (`os.wait4
   int8                python -m quantize int8 WORK/optimized WORK/int8 INT8_FLAGS
   int4                python -m quantize int4 WORK/optimized WORK/int4 INT4_FLAGS
 Without export-torchscript in --stages, the stages given run again on the folders of an earlier run
-(--work) and replace only their own rows of its results. Each peak is also given as a multiple of the fp32 model's size (model.onnx + model.onnx.data of the
-export) against the target of at most 4x. Results: RESULTS/export.json and export.md (Qwen3-VL 2B;
+(--work) and replace only their own rows of its results. Each peak is also given as a multiple of the
+fp32 model's size (model.onnx + model.onnx.data of the export) against the target of at most 4x. Results: RESULTS/export.json and export.md (Qwen3-VL 2B;
 another model: export-NAME.json / .md). Not a test:
 numbers depend on the machine and on what else runs on it.
 """

@@ -72,7 +72,8 @@ def tap(model_file: Path, names: list[str], feeds: list[dict], threads: int) -> 
 
 
 def outliers_of(values: list[np.ndarray], ratio: float) -> list[int]:
-    """Outlier channels (last axis) of one tensor seen at several inputs, largest first."""
+    """Outlier channels (last axis, ascending) of one tensor seen at several inputs: at most MAX_FRACTION of
+    them, the largest kept when more pass the ratio."""
     peak = np.max([np.abs(v.reshape(-1, v.shape[-1])).max(axis=0) for v in values], axis=0)
     median = float(np.median(peak))
     found = np.flatnonzero(peak > ratio * median) if median > 0 else np.array([], dtype=np.int64)

@@ -6,9 +6,10 @@ On the outlier-stress copy of the input (`quantize.outliers`: residual channels 
    with the fp32 MatMul's (min per-token cosine). The lowest cosines are the MatMuls whose inputs the
    quantizer cannot represent (with the outlier-channel split of `quantize.outlier_channels`, each alone
    gets the channels found for its node in the whole stressed model).
-2. exclusion (mode "exclude"): the whole stressed model is quantized once; when it misses the target
-   at the probe layouts (PROBE_CASES), step 1 ranks the MatMuls and the k most sensitive are put back in fp32, k = 0, 1, 2, 4, 8, ... until the min per-token cosine against the stressed fp32 model
-   at the probe layouts (PROBE_CASES) reaches the target; then bisected down to the smallest such k.
+2. exclusion (mode "exclude"): the whole stressed model is quantized once and compared with the stressed
+   fp32 model at the probe layouts (PROBE_CASES); only when its min per-token cosine misses the target,
+   step 1 ranks the MatMuls and the k most sensitive are put back in fp32, k = 1, 2, 4, 8, ... until it
+   reaches the target; then bisected down to the smallest such k.
 3. validation: the stressed model quantized with the final exclusions, at every validation layout.
 Mode "report" does only 3, with no exclusion. The caller applies the exclusions to the real model.
 """
