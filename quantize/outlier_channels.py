@@ -21,6 +21,7 @@ model without such channels (random weights have none) is left unchanged.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -47,14 +48,16 @@ Quantizer = Callable[[Path, Path, list[str]], None]
 def tap(model_file: Path, names: list[str], feeds: list[dict], threads: int) -> dict[str, list[np.ndarray]]:
     """{tensor name: [its value at each feed]} for intermediate tensors of the main graph.
 
-    The graph is saved beside `model_file` with `names` as extra outputs (external weights resolve only
+    The graph is saved beside `model_file` (a new temporary name) with `names` as extra outputs (external weights resolve only
     within the model's folder; the weights themselves are not copied) and run once per feed.
     """
     proto = onnx.load(str(model_file), load_external_data=False)
     outputs = {o.name for o in proto.graph.output}
     proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
                               for n in sorted(set(names) - outputs))
-    tapped = model_file.with_name(f".tapped-{model_file.name}")
+    fd, name = tempfile.mkstemp(prefix=".tapped-", suffix=".onnx", dir=model_file.parent)  # a name nobody has
+    os.close(fd)
+    tapped = Path(name)
     onnx.save(proto, str(tapped))
     del proto
     try:
