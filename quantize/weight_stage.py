@@ -113,8 +113,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
 
     `config` (the stage's options) goes into the report as is. `outliers`: "exclude", "report" or "off".
-    `outlier_ratio` > 0: outlier input channels of each MatMul (max |x| above that many times the median
-    channel's, `quantize.outlier_channels`) are split off into fp32 MatMuls before quantizing; 0: off.
+    `outlier_ratio` > 0: outlier input channels and output columns of each MatMul (max |value| above that many
+    times the median channel's, `quantize.outlier_channels`) are split off into fp32 MatMuls before
+    quantizing; 0: off.
     """
     if outliers not in outlier_check.MODES:
         raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
@@ -133,7 +134,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         if len(skip) == len(prepared.nodes):
             raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(prepared.nodes)} MatMul(s): nothing "
                              "would be quantized; narrow the pattern")
-        split_record: dict[str, dict[str, list[int]]] = {}
+        split_record: dict[str, outlier_channels.Found] = {}
         probe = outlier_check.probe_indices(source.layouts)
         if outlier_ratio:
             quantize = outlier_channels.keeping_outliers_fp32(quantize, [source.inputs[i] for i in probe], threads,
@@ -152,8 +153,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                                      source.reference, tolerance=None)
             model = onnx_io.load(model_file)
             reason = {**{n: "excluded (--exclude)" for n in skip}, **{n: "excluded (outlier stress)" for n in stress_skip},
-                      **{n + outlier_channels.SUFFIX: "outlier input channels (fp32)"
-                         for n in split_record.get(prepared.fp32_file.name, {})}}
+                      **outlier_channels.fp32_reasons(split_record.get(prepared.fp32_file.name, {}))}
             fp32 = [{"node": n.name, "op": n.op_type, "weight": w, "shape": list(n.inputs[1].const_value.shape),
                      "reason": reason.get(n.name, "not a MatMul" if n.op_type != "MatMul" else "left by the quantizer")}
                     for n, w in quantizers.weight_nodes(model)]
@@ -169,8 +169,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                 "validation": {"reference": "fp32 input model in ONNX Runtime", **worst, "cases": cases},
                 "outlier_channels": {
                     "ratio": outlier_ratio,
-                    "how": ("input channels whose max |x| at the calibration layouts exceeds ratio x the median "
-                            "channel's are split off into an fp32 MatMul (quantize/outlier_channels.py)"),
+                    "how": ("input channels and output columns whose max |value| at the calibration layouts exceeds "
+                            "ratio x the median channel's are split off into fp32 MatMuls "
+                            "(quantize/outlier_channels.py)"),
                     "calibration_cases": [source.layouts[i]["case"] for i in probe],
                     "model": split_record.get(prepared.fp32_file.name, {}),
                     "outlier_stress_model": split_record.get(prepared.stressed.path.name) if prepared.stressed else None,

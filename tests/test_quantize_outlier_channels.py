@@ -30,12 +30,15 @@ def models(tiny_exports, tmp_path_factory):
     inputs = layouts_mod.layout_inputs(QWEN3_VL, layouts, metadata)
     probes = [x for lay, x in zip(layouts, inputs) if lay["case"] in PROBES]
     return {"fp32": fp32, "stressed": stressed, "channels": record["channels"], "hidden": record["hidden"],
+            "writers": record["writers"],
             "inputs": inputs, "probes": probes}
 
 
 def test_finds_exactly_the_stressed_channels_and_none_in_random_weights(models):
-    assert outlier_channels.find(models["fp32"], models["probes"], 1, outlier_channels.DEFAULT_RATIO) == {}
-    found = outlier_channels.find(models["stressed"], models["probes"], 1, outlier_channels.DEFAULT_RATIO)
+    assert outlier_channels.find(models["fp32"], models["probes"], 1, outlier_channels.DEFAULT_RATIO) == \
+        {"inputs": {}, "outputs": {}}
+    both = outlier_channels.find(models["stressed"], models["probes"], 1, outlier_channels.DEFAULT_RATIO)
+    found = both["inputs"]
     hidden, channels = models["hidden"], sorted(models["channels"])
     width = {n.name: n.inputs[1].const_value.shape[0]
              for n, _ in quantizers.quantizable(onnx_io.load(models["stressed"]))}
@@ -46,13 +49,19 @@ def test_finds_exactly_the_stressed_channels_and_none_in_random_weights(models):
     merged = {n: c for n, c in found.items() if width[n] == 4 * hidden}
     assert merged and all(c == sorted(k + i * hidden for i in range(4) for k in channels) for c in merged.values())
     assert set(found) == set(reading) | set(merged)
+    # output columns: exactly the stressed channels, at exactly the MatMuls that write the residual stream
+    writers = {w["node"] for w in models["writers"] if w["op"] == "MatMul"}
+    assert both["outputs"] and all(c == channels for c in both["outputs"].values())
+    assert set(both["outputs"]) == writers
 
 
 def test_split_model_computes_the_same_in_fp32(models, tmp_path):
     channels = outlier_channels.find(models["stressed"], models["probes"], 1, outlier_channels.DEFAULT_RATIO)
     model = onnx_io.load(models["stressed"])
     added = outlier_channels.split(model, channels)
-    assert sorted(added) == sorted(n + outlier_channels.SUFFIX for n in channels)
+    assert sorted(added) == sorted(outlier_channels.fp32_reasons(channels))
+    assert {n + outlier_channels.SUFFIX for n in channels["inputs"]} | \
+        {n + outlier_channels.COLUMNS_SUFFIX for n in channels["outputs"]} <= set(added)
     onnx_io.save(model, tmp_path / "split.onnx")
     before, after = open_session(models["stressed"], 1), open_session(tmp_path / "split.onnx", 1)
     for feed in models["inputs"]:
@@ -90,8 +99,9 @@ def test_stage_report_names_the_split_and_its_fp32_matmuls(models, tmp_path):
     report = json.loads((out / "report.json").read_text())
     split = report["outlier_channels"]
     assert split["ratio"] == outlier_channels.DEFAULT_RATIO and sorted(split["calibration_cases"]) == sorted(PROBES)
-    sides = {n["node"] for n in report["fp32_weight_nodes"] if n["reason"] == "outlier input channels (fp32)"}
-    assert sides == {n + outlier_channels.SUFFIX for n in split["model"]} and sides
+    sides = {n["node"]: n["reason"] for n in report["fp32_weight_nodes"] if n["reason"].startswith("outlier")}
+    assert sides == outlier_channels.fp32_reasons(split["model"]) and sides
+    assert {"outlier input channels (fp32)", "outlier output columns (fp32)"} == set(sides.values())
     off = tmp_path / "int8-off"
     assert cli.main(["int8", str(models["stressed"]), str(off), "--threads", "1", "--outliers", "off",
                      "--outlier-ratio", "0"]) == 0
