@@ -4,16 +4,15 @@ import os
 import platform
 from pathlib import Path
 
+from core import cpu
+
 
 def machine() -> dict:
-    """{cpu, cores, avx512, amx, memory_gib, platform} of this machine."""
-    info = Path("/proc/cpuinfo").read_text().splitlines()
-    cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
-               platform.processor())
-    flags = next((line for line in info if line.startswith("flags")), "")
+    """{cpu, cores, avx512, amx, vnni (an exact int8 dot product, `core.cpu`), memory_gib, platform} of this machine."""
     mem = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
-    return {"cpu": cpu, "cores": os.cpu_count(), "avx512": "avx512f" in flags, "amx": "amx_tile" in flags,
-            "memory_gib": round(int(mem.split()[1]) / 2**20, 1), "platform": platform.platform()}
+    return {"cpu": cpu.name(), "cores": os.cpu_count(), "avx512": cpu.has("avx512f"), "amx": cpu.has("amx_tile"),
+            "vnni": not cpu.int8_saturates(), "memory_gib": round(int(mem.split()[1]) / 2**20, 1),
+            "platform": platform.platform()}
 
 
 def describe(facts: dict) -> str:

@@ -2,7 +2,9 @@
 
 - `dynamic` (default per-channel): ONNX Runtime `quantize_dynamic` -> DynamicQuantizeLinear +
   MatMulInteger (fused by ORT into DynamicQuantizeMatMul at load): W int8 per output column, each
-  activation tensor x [N, K] quantized at run time to uint8 with one scale for the whole tensor.
+  activation tensor x [N, K] quantized at run time to uint8 with one scale for the whole tensor. Weights
+  in 7 bits by default (`reduce_range`; `--full-range` for 8): on x86 CPUs without VNNI the kernel's
+  16-bit pair sums saturate with 8-bit weights (`core.cpu`).
 - `nbits`: com.microsoft.MatMulNBits with bits=8: W int8 in blocks of `block_size` along K; with
   accuracy level 4 the kernel quantizes x to int8 per block of K (one scale per token and block), so
   an outlier channel only costs its own block its resolution.
@@ -19,13 +21,17 @@ from core.errors import UsageError
 from quantize import outlier_channels, outlier_check, quantizers, weight_stage
 
 METHODS = ("dynamic", "nbits")
+#: dynamic's default weight range: 7 bits, exact on every x86 CPU (see `core.cpu`: with 8 bits, CPUs without
+#: VNNI saturate). `--full-range` trades that for accuracy on CPUs with VNNI / AMX / ARM.
+REDUCE_RANGE = True
 
 
 def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symmetric: bool = True,
-              accuracy_level: int = 4) -> tuple[outlier_check.Quantizer, dict]:
+              accuracy_level: int = 4, reduce_range: bool = REDUCE_RANGE) -> tuple[outlier_check.Quantizer, dict]:
     """(file -> file quantizer, the options that matter for `method`) after checking them."""
     if method == "dynamic":
-        return partial(quantizers.dynamic, per_channel=per_channel), {"method": method, "per_channel": per_channel}
+        return (partial(quantizers.dynamic, per_channel=per_channel, reduce_range=reduce_range),
+                {"method": method, "per_channel": per_channel, "reduce_range": reduce_range})
     if method != "nbits":
         raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
     fn, settings = quantizers.nbits(8, block_size, symmetric, accuracy_level)
@@ -35,8 +41,9 @@ def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symme
 def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel: bool = True, block_size: int = 32,
         symmetric: bool = True, accuracy_level: int = 4, exclude: list[str] | None = None,
         outliers: str = "exclude", target: float = outlier_check.DEFAULT_TARGET, threads: int = 0,
-        force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO) -> dict:
+        force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO,
+        reduce_range: bool = REDUCE_RANGE) -> dict:
     """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
-    fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level)
+    fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range)
     return weight_stage.run("int8", path, out, config, fn, exclude or [], threads, outliers, target, force,
                             outlier_ratio)

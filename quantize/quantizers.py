@@ -86,11 +86,14 @@ def _quiet():
         logging.disable(before)
 
 
-def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool) -> None:
-    """`src` -> `dst` through `quantize_dynamic` (MatMul only, int8 weights), nodes in `skip` left fp32."""
+def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool, reduce_range: bool = False) -> None:
+    """`src` -> `dst` through `quantize_dynamic` (MatMul only, int8 weights), nodes in `skip` left fp32.
+
+    `reduce_range`: weights in 7 bits (|w| <= 63), so that the u8 x s8 pair sums of x86 CPUs without VNNI
+    cannot saturate (`core.cpu`); full 8-bit range otherwise."""
     with tempfile.TemporaryDirectory(prefix="int8-dynamic-", dir=dst.parent) as tmp, _quiet():
         out = Path(tmp) / "model.onnx"
-        quantize_dynamic(src, out, op_types_to_quantize=["MatMul"], per_channel=per_channel,
+        quantize_dynamic(src, out, op_types_to_quantize=["MatMul"], per_channel=per_channel, reduce_range=reduce_range,
                          weight_type=QuantType.QInt8, nodes_to_exclude=list(skip),
                          use_external_data_format=onnx_io.has_external_data(src),
                          # float32 where shape inference cannot tell (outputs of com.microsoft ops: BiasGelu, ...)

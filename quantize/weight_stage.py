@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from core import onnx_io
+from core import cpu, onnx_io
 from core import parity as metrics
 from core import report as reports
 from core.errors import UsageError
@@ -166,7 +166,8 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                 "quantized_nodes": sum(1 for n in model.graph if n.op_type in quantizers.QUANTIZED_OPS),
                 "fp32_weight_nodes": fp32,
                 "op_counts": stage.op_counts(model),
-                "validation": {"reference": "fp32 input model in ONNX Runtime", **worst, "cases": cases},
+                "validation": {"reference": "fp32 input model in ONNX Runtime", "machine": cpu.facts(), **worst,
+                               "cases": cases},
                 "outlier_channels": {
                     "ratio": outlier_ratio,
                     "how": ("input channels and output columns whose max |value| at the calibration layouts exceeds "
