@@ -129,12 +129,12 @@ def main(argv=None) -> int:
               "cases": [lay["case"] for lay in layouts], "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"int8-cpus-{args.model}.json").write_text(json.dumps(result, indent=1) + "\n")
-    lines = [f"# INT8 on a CPU with and without VNNI: {args.model}", "",
-             f"Produced by `python -m bench.int8_cpus --model {args.model}`. Native: {describe(facts)} (VNNI: "
-             f"{facts['vnni']}); emulated: `qemu-x86_64 -cpu {EMULATED_CPU}` (AVX2, no VNNI) on the same host. "
-             f"Min per-token cosine against the fp32 model's outputs on the native CPU, over the validation "
-             f"layouts {', '.join(result['cases'])} and every output. Random weights; quantization alone "
-             "(`--outliers off`).", "",
+    intro = (f"Produced by `python -m bench.int8_cpus --model {args.model}`. Native: {describe(facts)} (VNNI: "
+              f"{facts['vnni']}); emulated: `qemu-x86_64 -cpu {EMULATED_CPU}` (AVX2, no VNNI) on the same host. "
+              f"Min per-token cosine against the fp32 model's outputs on the native CPU, over the validation "
+              f"layouts {', '.join(result['cases'])} and every output. Random weights; quantization alone "
+              "(`--outliers off`).")
+    lines = [f"# INT8 on a CPU with and without VNNI: {args.model}", "", intro, "",
              f"| variant | native | {EMULATED_CPU} (emulated) | flags |", "|---|---:|---:|---|"]
     lines += [f"| {r['label']} | {r['native']:.5f} | {r['emulated']:.5f} | `{' '.join(r['flags'])}` |" for r in rows]
     (args.out / f"int8-cpus-{args.model}.md").write_text("\n".join(lines) + "\n")
