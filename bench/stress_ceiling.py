@@ -1,0 +1,134 @@
+"""`python -m bench.stress_ceiling --model qwen3-vl`: what any weight quantization can reach on the outlier-stress copy.
+
+The outlier-stress check (`quantize/outliers.py`) scales a few residual channels by 20-100x in every weight
+that writes the stream, so each block's update of those channels is scaled too: an error in a writer's input
+reaches the stream multiplied by up to 100x. This measures how much that amplifies a perturbation of the
+weights alone, with no quantizer involved: every quantizable MatMul weight W [K, M] gets Gaussian noise of
+`level` x the standard deviation of its column (fp32 throughout), in the random-weight model and in its
+stressed copy, and the outputs are compared with the unperturbed model's (min per-token cosine over every
+output, at one square image per size). For scale, the relative RMS error that rounding alone puts on
+the same weights: int8 per output column (what dynamic INT8 does: 8 and 7 bits) and MatMulNBits 8-bit
+blocks of 32. Each model runs in this process, one copy in memory at a time. Writes
+bench/results/stress-ceiling-NAME.json and .md. Torch-free; needs build/NAME/optimized.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from bench.machine import describe, machine
+from bench.timing import grid_for, pixels
+from core import onnx_io
+from core import parity as metrics
+from core.session import open_session
+from quantize import outlier_check, quantizers, stage
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+LEVELS = (1e-4, 1e-3, 1e-2)
+SIZES = (448, 1024)
+SEED = 1
+
+
+def say(message: str) -> None:
+    print(f"[stress-ceiling] {message}", flush=True)
+
+
+def rounding_error(model: ir.Model) -> dict[str, float]:
+    """Relative RMS error ||W - Q(W)|| / ||W|| over every quantizable weight, for each rounding scheme."""
+    sums = {"int8 per column": 0.0, "int7 per column (--reduce-range)": 0.0, "8-bit blocks of 32": 0.0}
+    total = 0.0
+    for node, _ in quantizers.quantizable(model):
+        w = node.inputs[1].const_value.numpy().astype(np.float64)
+        total += float((w ** 2).sum())
+        for label, levels in (("int8 per column", 127), ("int7 per column (--reduce-range)", 63)):
+            step = np.abs(w).max(axis=0, keepdims=True) / levels
+            sums[label] += float(((np.round(w / step) * step - w) ** 2).sum())
+        k = w.shape[0] - w.shape[0] % 32
+        blocks = w[:k].reshape(-1, 32, w.shape[1])
+        step = np.abs(blocks).max(axis=1, keepdims=True) / 127
+        sums["8-bit blocks of 32"] += float(((np.round(blocks / step) * step - blocks) ** 2).sum())
+    return {label: (s / total) ** 0.5 for label, s in sums.items()}
+
+
+def perturbed(model_file: Path, level: float, out: Path) -> None:
+    """`model_file` with N(0, (level x column std)^2) added to every quantizable weight, saved to `out`."""
+    model = onnx_io.load(model_file)
+    rng = np.random.default_rng(SEED)
+    for node, _ in quantizers.quantizable(model):
+        w = node.inputs[1].const_value.numpy()
+        noise = level * w.std(axis=0, keepdims=True) * rng.standard_normal(w.shape)
+        node.inputs[1].const_value = ir.tensor((w + noise).astype(np.float32), name=node.inputs[1].name)
+    onnx_io.save(model, out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.stress_ceiling", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen3-vl")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--build", type=Path, default=ROOT / "build")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    optimized = args.build / args.model / "optimized" / "model.onnx"
+    if not optimized.exists():
+        print(f"error: {optimized} is missing: run `make export MODEL={args.model}` first", file=sys.stderr)
+        return 2
+    feeds = [pixels(grid_for(side, side)) for side in SIZES]
+    rows, record = [], None
+    with tempfile.TemporaryDirectory(prefix=".stress-ceiling-", dir=optimized.parent.parent) as tmp:
+        tmp = Path(tmp)
+        named = tmp / "random.onnx"  # every node named, as the stages see it
+        model = onnx_io.load(optimized)
+        stage.name_nodes(model)
+        rounding = rounding_error(model)
+        onnx_io.save(model, named)
+        del model
+        stressed = tmp / "stressed.onnx"
+        record = outlier_check.make_stressed(named, stressed)
+        for kind, model_file in (("random", named), ("outlier stress", stressed)):
+            session = open_session(model_file, args.threads)
+            reference = [session.run(None, feed) for feed in feeds]
+            del session
+            for level in LEVELS:
+                noisy = tmp / "noisy.onnx"
+                perturbed(model_file, level, noisy)
+                session = open_session(noisy, args.threads)
+                cosines = [min(metrics.min_token_cosine(g, r) for g, r in zip(session.run(None, feed), ref))
+                           for feed, ref in zip(feeds, reference)]
+                del session
+                rows.append({"weights": kind, "level": level, "min_token_cosine": dict(zip(map(str, SIZES), cosines))})
+                say(f"{kind}, noise {level:g} x column std: " +
+                    ", ".join(f"{s}x{s} {c:.5f}" for s, c in zip(SIZES, cosines)))
+    facts = machine()
+    result = {"model": args.model, "machine": facts, "sizes": list(SIZES), "seed": SEED,
+              "stress": {"channels": record["channels"], "factors": record["factors"]},
+              "rounding_relative_rms": rounding, "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"stress-ceiling-{args.model}.json").write_text(json.dumps(result, indent=1) + "\n")
+    sizes = [f"{s}x{s}" for s in SIZES]
+    lines = [f"# Outlier stress: what weight noise alone does ({args.model})", "",
+             (f"Produced by `python -m bench.stress_ceiling --model {args.model}` on {describe(facts)}. Every "
+              "quantizable MatMul weight gets Gaussian noise of LEVEL x its column's standard deviation (fp32, seed "
+              f"{SEED}); min per-token cosine of every output against the unperturbed model, one square image per "
+              "size. Random weights, and their outlier-stress copy (residual channels "
+              f"{record['channels']} x {record['factors']})."), "",
+             f"| weights | noise (x column std) | {' | '.join(sizes)} |", "|---|---:|" + "---:|" * len(sizes)]
+    lines += [f"| {r['weights']} | {r['level']:g} | " + " | ".join(f"{c:.5f}" for c in r["min_token_cosine"].values())
+              + " |" for r in rows]
+    lines += ["", "Relative RMS error of rounding the same weights (what a quantizer adds before any activation "
+              "error):", "", "| rounding | relative RMS |", "|---|---:|"]
+    lines += [f"| {label} | {value:.4f} |" for label, value in rounding.items()]
+    (args.out / f"stress-ceiling-{args.model}.md").write_text("\n".join(lines) + "\n")
+    say(f"wrote {args.out / f'stress-ceiling-{args.model}.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
