@@ -122,8 +122,8 @@ def main(argv=None) -> int:
              f"| weights | noise (x column std) | {' | '.join(sizes)} |", "|---|---:|" + "---:|" * len(sizes)]
     lines += [f"| {r['weights']} | {r['level']:g} | " + " | ".join(f"{c:.5f}" for c in r["min_token_cosine"].values())
               + " |" for r in rows]
-    lines += ["", "Relative RMS error of rounding the same weights (what a quantizer adds before any activation "
-              "error):", "", "| rounding | relative RMS |", "|---|---:|"]
+    lines += ["", ("Relative RMS error of rounding the same weights (what a quantizer adds before any activation "
+                   "error):"), "", "| rounding | relative RMS |", "|---|---:|"]
     lines += [f"| {label} | {value:.4f} |" for label, value in rounding.items()]
     (args.out / f"stress-ceiling-{args.model}.md").write_text("\n".join(lines) + "\n")
     say(f"wrote {args.out / f'stress-ceiling-{args.model}.md'}")
