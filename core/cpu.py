@@ -17,6 +17,10 @@ import platform
 from functools import cache
 from pathlib import Path
 
+#: Model metadata (metadata_props) that says what its int8 kernels need to compute what was measured;
+#: `core.session.open_session` warns when this CPU does not have it.
+METADATA_KEY = "vision_onnx.int8_kernel_needs"
+NEEDS_EXACT_INT8 = "vnni-or-amx-on-x86"
 #: /proc/cpuinfo flags of an exact int8 dot product (no 16-bit intermediate).
 EXACT_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 

@@ -15,8 +15,9 @@ import onnx_ir as ir
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
-from core import onnx_io
+from core import cpu, onnx_io
 from core.errors import UsageError
+from core.progress import say
 
 ort.set_default_logger_severity(4)  # errors reach the user through exceptions, not ORT's log
 
@@ -75,11 +76,26 @@ def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: i
                 else:
                     onnx_io.save_proto(src, path)
                 options.add_session_config_entry("session.use_ort_model_bytes_directly", "0")
-                return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        return ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+                return _checked(ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]),
+                                "the model")
+        return _checked(ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"]), str(src))
     except ORT_ERRORS as exc:
         name = "the model" if isinstance(src, (ir.Model, onnx.ModelProto)) else str(src)
         raise UsageError(f"ONNX Runtime cannot load {name}: {ort_error_line(exc)}") from None
+
+
+_warned: set[str] = set()
+
+
+def _checked(sess: ort.InferenceSession, name: str) -> ort.InferenceSession:
+    """`sess`, after one warning line (once per model) when its int8 kernels are inexact on this CPU."""
+    needs = sess.get_modelmeta().custom_metadata_map.get(cpu.METADATA_KEY)
+    if needs == cpu.NEEDS_EXACT_INT8 and cpu.int8_saturates() and name not in _warned:
+        _warned.add(name)
+        say(f"warning: {name} has 8-bit dynamic INT8 weights and this CPU ({cpu.name()}) has no VNNI/AMX: its "
+            "int8 kernel saturates, so the outputs are less accurate than measured on a CPU with them; "
+            "quantize with --reduce-range (the default) for this CPU")
+    return sess
 
 
 @contextlib.contextmanager

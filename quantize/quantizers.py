@@ -24,7 +24,7 @@ import onnx_ir as ir
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from core import onnx_io
+from core import cpu, onnx_io
 from core.errors import UsageError
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
@@ -100,4 +100,7 @@ def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool, reduce_ran
                          extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT})
         proto = onnx.load(str(out))
         proto.producer_name = "vlm-vision-onnx.quantize"  # quantize_dynamic writes its own
+        if not reduce_range:  # open_session warns where this model's int8 kernel would saturate
+            onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props},
+                                                cpu.METADATA_KEY: cpu.NEEDS_EXACT_INT8})
         onnx_io.save_proto(proto, dst)

@@ -2,10 +2,13 @@
 
 import json
 
+import onnx
 import onnx_ir as ir
 import pytest
 
 from core import cpu
+from core import session as core_session
+from core.session import open_session
 from quantize import __main__ as cli
 from tests import test_quantize_support as support
 from tests.conftest import single_error
@@ -72,6 +75,26 @@ def test_full_range_is_exact_only_where_the_cpu_has_an_int8_dot_product(optimize
         assert worst < 0.999, report["validation"]["machine"]
     else:
         assert worst >= 0.999, report["validation"]["machine"]
+
+
+def test_a_full_range_model_warns_once_on_a_cpu_that_saturates(dynamic, optimized, tmp_path, monkeypatch, capsys):
+    full = tmp_path / "full"
+    build(optimized, full, "--full-range", "--outliers", "off")
+    meta = {p.key: p.value for p in onnx.load(str(full / "model.onnx"), load_external_data=False).metadata_props}
+    assert meta[cpu.METADATA_KEY] == cpu.NEEDS_EXACT_INT8
+    default = {p.key for p in onnx.load(str(dynamic[0] / "model.onnx"), load_external_data=False).metadata_props}
+    assert cpu.METADATA_KEY not in default  # 7-bit weights: exact everywhere, nothing to warn about
+    capsys.readouterr()
+    monkeypatch.setattr(core_session, "_warned", set())
+    monkeypatch.setattr(cpu, "int8_saturates", lambda: True)
+    for model in (full, full, dynamic[0]):
+        open_session(model / "model.onnx", 1)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert len(lines) == 1 and "no VNNI/AMX" in lines[0] and "--reduce-range" in lines[0], lines
+    monkeypatch.setattr(core_session, "_warned", set())
+    monkeypatch.setattr(cpu, "int8_saturates", lambda: False)
+    open_session(tmp_path / "full" / "model.onnx", 1)
+    assert "warning:" not in capsys.readouterr().err
 
 
 def test_outlier_stress_section(dynamic):
