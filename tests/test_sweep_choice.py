@@ -35,3 +35,10 @@ def test_int8_choice_prefers_meeting_more_targets_over_speed():
 def test_every_dynamic_point_says_its_weight_range():
     dynamic = [flags for _, stage, flags in sweep.POINTS if "dynamic" in flags]
     assert dynamic and all(("--full-range" in f) != ("--reduce-range" in f) for f in dynamic)
+
+
+def test_int8_ties_within_5_percent_go_to_the_higher_stress_cosine():
+    rows = [row("a", "int8", ["--outliers", "exclude"], 2.19, 0.9995, 0.973),
+            row("b", "int8", ["--outliers", "exclude"], 2.29, 0.9998, 0.975),
+            row("c", "int8", ["--outliers", "exclude"], 2.40, 0.9999, 0.987)]  # 9.6% slower than a: no tie
+    assert sweep.choose(rows)["int8"] == "b"
