@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import describe, machine
+from bench.timing import stage_model
 from core import parity
 from families import QWEN3_VL, validation
 
@@ -90,10 +91,7 @@ def main(argv=None) -> int:
     parser.add_argument("--build", type=Path, default=ROOT / "build")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    optimized = args.build / args.model / "optimized" / "model.onnx"
-    if not optimized.exists():
-        print(f"error: {optimized} is missing: run `make export MODEL={args.model}` first", file=sys.stderr)
-        return 2
+    optimized = stage_model(args.build, args.model)
     if shutil.which("qemu-x86_64") is None:
         print("error: qemu-x86_64 is not installed: `apt-get install qemu-user` (it emulates a CPU without VNNI)",
               file=sys.stderr)

@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from bench.machine import describe, machine
-from bench.timing import grid_for, pixels
+from bench.timing import grid_for, pixels, stage_model
 from core import onnx_io
 from core import parity as metrics
 from core.session import open_session
@@ -76,10 +76,7 @@ def main(argv=None) -> int:
     parser.add_argument("--build", type=Path, default=ROOT / "build")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    optimized = args.build / args.model / "optimized" / "model.onnx"
-    if not optimized.exists():
-        print(f"error: {optimized} is missing: run `make export MODEL={args.model}` first", file=sys.stderr)
-        return 2
+    optimized = stage_model(args.build, args.model)
     feeds = [pixels(grid_for(side, side)) for side in SIZES]
     rows, record = [], None
     with tempfile.TemporaryDirectory(prefix=".stress-ceiling-", dir=optimized.parent.parent) as tmp:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench import sweep_report
 from bench.machine import machine
-from bench.timing import grid_for, interleaved, load_average, pixels
+from bench.timing import grid_for, interleaved, load_average, pixels, stage_model
 from core.session import open_session
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,10 +172,7 @@ def main(argv=None) -> int:
     if args.report_only:
         return write_report(args.out, stem, md_name, json.loads((args.out / f"{stem}.json").read_text()))
     root = args.build / args.model
-    optimized = root / "optimized" / "model.onnx"
-    if not optimized.exists():
-        print(f"error: {optimized} not found: run `make export MODEL={args.model}` first")
-        return 2
+    optimized = stage_model(args.build, args.model)
     points = [p for p in POINTS if not args.only or any(o in p[0] for o in args.only)]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     built = build_points(root, points)

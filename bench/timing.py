@@ -37,3 +37,15 @@ def interleaved(runners: dict, reps: int) -> dict[str, dict]:
 
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def stage_model(build, model: str, stage: str = "optimized"):
+    """BUILD/MODEL/STAGE/model.onnx; when `make export` has not made it: one error line, exit 2."""
+    import sys
+    from pathlib import Path
+
+    path = Path(build) / model / stage / "model.onnx"
+    if not path.exists():
+        print(f"error: {path} is missing: run `make export MODEL={model}` first", file=sys.stderr)
+        raise SystemExit(2)
+    return path
