@@ -1,14 +1,19 @@
 """`python -m quantize int8` on the tiny encoder: report, accuracy fields, nodes left fp32, outlier stress, bad input."""
 
 import json
+import platform
+import shutil
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
 
+from bench import int8_cpus
 from core import cpu
 from core import session as core_session
 from core.session import open_session
+from families import QWEN3_VL, validation
 from quantize import __main__ as cli
 from tests import test_quantize_support as support
 from tests.conftest import single_error
@@ -64,11 +69,18 @@ def test_dynamic_accuracy_fields(dynamic):
     assert worst >= 0.999  # the issue's target for random weights
 
 
-def test_full_range_is_exact_only_where_the_cpu_has_an_int8_dot_product(optimized, tmp_path):
+@pytest.fixture(scope="module")
+def full_range(optimized, tmp_path_factory):
+    """int8 with 8-bit dynamic weights (`--full-range`), no outlier check."""
+    out = tmp_path_factory.mktemp("int8") / "full"
+    return out, build(optimized, out, "--full-range", "--outliers", "off")
+
+
+def test_full_range_is_exact_only_where_the_cpu_has_an_int8_dot_product(full_range):
     # 8-bit weights: u8 x s8 pair sums reach 64770, past the 16-bit lane of x86 CPUs without VNNI/AMX. Measured
     # on this model: 0.99969 with VNNI (AMD EPYC), 0.99619 under `qemu-x86_64 -cpu Haswell` (AVX2 only); the
     # default 7-bit weights give 0.99936 on both (the default stage's test above asserts >= 0.999 everywhere).
-    report = build(optimized, tmp_path / "full", "--full-range", "--outliers", "off")
+    _, report = full_range
     assert report["config"]["reduce_range"] is False
     worst = report["validation"]["min_token_cosine"]
     if cpu.int8_saturates():
@@ -77,9 +89,8 @@ def test_full_range_is_exact_only_where_the_cpu_has_an_int8_dot_product(optimize
         assert worst >= 0.999, report["validation"]["machine"]
 
 
-def test_a_full_range_model_warns_once_on_a_cpu_that_saturates(dynamic, optimized, tmp_path, monkeypatch, capsys):
-    full = tmp_path / "full"
-    build(optimized, full, "--full-range", "--outliers", "off")
+def test_a_full_range_model_warns_once_on_a_cpu_that_saturates(dynamic, full_range, monkeypatch, capsys):
+    full = full_range[0]
     meta = {p.key: p.value for p in onnx.load(str(full / "model.onnx"), load_external_data=False).metadata_props}
     assert meta[cpu.METADATA_KEY] == cpu.NEEDS_EXACT_INT8
     default = {p.key for p in onnx.load(str(dynamic[0] / "model.onnx"), load_external_data=False).metadata_props}
@@ -93,8 +104,27 @@ def test_a_full_range_model_warns_once_on_a_cpu_that_saturates(dynamic, optimize
     assert len(lines) == 1 and "no VNNI/AMX" in lines[0] and "--reduce-range" in lines[0], lines
     monkeypatch.setattr(core_session, "_warned", set())
     monkeypatch.setattr(cpu, "int8_saturates", lambda: False)
-    open_session(tmp_path / "full" / "model.onnx", 1)
+    open_session(full / "model.onnx", 1)
     assert "warning:" not in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("qemu-x86_64") is None or platform.machine() != "x86_64",
+                    reason="needs qemu-x86_64 (Debian's qemu-user; .ci/run installs it) to run as a CPU without VNNI")
+def test_the_default_computes_the_same_on_a_cpu_without_vnni(dynamic, full_range, optimized, tmp_path):
+    """The default INT8 (7-bit weights) gives this CPU's outputs under `qemu-x86_64 -cpu Haswell` (AVX2, no
+    VNNI: ORT's saturating u8 x s8 kernel); 8-bit weights do not (what the default avoids)."""
+    layouts = validation.from_report(optimized / "model.onnx", QWEN3_VL)
+    inputs = validation.layout_inputs(QWEN3_VL, [layouts[0]], {"patch_dim": "1536"})
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, **{f"c0__{k}": v for k, v in inputs[0].items()})
+    agreement = {}
+    for label, folder in (("default", dynamic[0]), ("full", full_range[0])):
+        native, emulated = tmp_path / f"{label}-native.npz", tmp_path / f"{label}-emulated.npz"
+        int8_cpus.run_model(folder / "model.onnx", feeds, native, None)
+        int8_cpus.run_model(folder / "model.onnx", feeds, emulated, int8_cpus.EMULATED_CPU)
+        agreement[label] = int8_cpus.worst_cosine(emulated, native)
+    assert agreement["default"] > 0.999999, agreement
+    assert agreement["full"] < 0.9999, agreement
 
 
 def test_outlier_stress_section(dynamic):
