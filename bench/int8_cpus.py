@@ -1,7 +1,8 @@
-"""`python -m bench.int8_cpus --model qwen3-vl-tiny`: the same INT8 models on a CPU with VNNI and on one without.
+"""`python -m bench.int8_cpus --model qwen3-vl-tiny`: the same quantized models on a CPU with VNNI and on one without.
 
 ONNX Runtime's u8 x s8 kernel of x86 CPUs without VNNI/AMX saturates (`core/cpu.py`). This builds the INT8
-variants of build/NAME/optimized with the int8 stage's own command (`--outliers off`: the quantization alone)
+variants (and the shipped INT4) of build/NAME/optimized with the stages' own commands (`--outliers off`: the
+quantization alone)
 into build/NAME/int8-cpus/LABEL/, runs them and the fp32 model at the first CASES validation layouts on this
 CPU, and runs the INT8 models again under `qemu-x86_64 -cpu Haswell` (user-mode emulation of an AVX2 CPU
 without VNNI, so ORT dispatches its AVX2 kernels; Debian's `qemu-user`), each run in its own process. Per
@@ -31,11 +32,12 @@ from families import QWEN3_VL, validation
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-#: (label, int8 flags)
+#: (label, stage, flags of `python -m quantize STAGE`)
 VARIANTS = [
-    ("dynamic 8-bit (--full-range)", ["--method", "dynamic", "--full-range"]),
-    ("dynamic 7-bit (--reduce-range, default)", ["--method", "dynamic", "--reduce-range"]),
-    ("nbits 8-bit b32 a4", ["--method", "nbits", "--block-size", "32", "--accuracy-level", "4"]),
+    ("int8 dynamic 8-bit (--full-range)", "int8", ["--method", "dynamic", "--full-range"]),
+    ("int8 dynamic 7-bit (--reduce-range, default)", "int8", ["--method", "dynamic", "--reduce-range"]),
+    ("int8 nbits 8-bit b32 a4", "int8", ["--method", "nbits", "--block-size", "32", "--accuracy-level", "4"]),
+    ("int4 b128 asym a4", "int4", ["--block-size", "128", "--asymmetric", "--accuracy-level", "4"]),
 ]
 #: How many of the validation layouts (in the export's order) each model runs at.
 CASES = 6
@@ -109,13 +111,13 @@ def main(argv=None) -> int:
         np.savez(feeds, **{f"c{i:02d}__{k}": v for i, x in enumerate(inputs) for k, v in x.items()})
         reference = tmp / "fp32.npz"
         run_model(optimized, feeds, reference, None)
-        for label, flags in VARIANTS:
+        for label, stage, flags in VARIANTS:
             folder = work / label.split(" (")[0].replace(" ", "-")
-            say(f"building {folder}: python -m quantize int8 {optimized.parent} {folder} {' '.join(flags)}")
-            if quantize_cli.main(["int8", str(optimized.parent), str(folder), *flags, "--outliers", "off",
+            say(f"building {folder}: python -m quantize {stage} {optimized.parent} {folder} {' '.join(flags)}")
+            if quantize_cli.main([stage, str(optimized.parent), str(folder), *flags, "--outliers", "off",
                                   "--force"]) != 0:
                 return 1
-            row = {"label": label, "flags": flags}
+            row = {"label": label, "stage": stage, "flags": flags}
             for cpu, emulate in (("native", None), ("emulated", EMULATED_CPU)):
                 out = tmp / f"{folder.name}-{cpu}.npz"
                 seconds = run_model(folder / "model.onnx", feeds, out, emulate)
@@ -132,9 +134,10 @@ def main(argv=None) -> int:
               f"Min per-token cosine against the fp32 model's outputs on the native CPU, over the validation "
               f"layouts {', '.join(result['cases'])} and every output. Random weights; quantization alone "
               "(`--outliers off`).")
-    lines = [f"# INT8 on a CPU with and without VNNI: {args.model}", "", intro, "",
+    lines = [f"# INT8 and INT4 on a CPU with and without VNNI: {args.model}", "", intro, "",
              f"| variant | native | {EMULATED_CPU} (emulated) | flags |", "|---|---:|---:|---|"]
-    lines += [f"| {r['label']} | {r['native']:.5f} | {r['emulated']:.5f} | `{' '.join(r['flags'])}` |" for r in rows]
+    lines += [f"| {r['label']} | {r['native']:.5f} | {r['emulated']:.5f} | `{r['stage']} {' '.join(r['flags'])}` |"
+              for r in rows]
     (args.out / f"int8-cpus-{args.model}.md").write_text("\n".join(lines) + "\n")
     say(f"wrote {args.out / f'int8-cpus-{args.model}.md'}")
     return 0
