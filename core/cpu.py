@@ -6,9 +6,10 @@ emits) runs on x86 with one of three instruction families:
 - otherwise (AVX2, AVX-512 without VNNI) `vpmaddubsw`, which adds each pair of adjacent u8 x s8 products in
   a signed 16-bit lane that saturates at 32767: with full-range int8 weights (|w| up to 127) and uint8
   activations (up to 255) a pair can reach 64770, and the product is silently wrong. Measured on the tiny
-  encoder (`python -m quantize int8 --method dynamic`, min per-token cosine against fp32): 0.99969 on an
-  AMD EPYC with VNNI, 0.99619 on the same model and inputs under `qemu-x86_64 -cpu Haswell` (AVX2 only).
-  Weights in 7 bits (`--reduce-range`) cannot saturate: 0.99936 on both.
+  encoder (`python -m bench.int8_cpus`: `quantize int8 --method dynamic --full-range`, min per-token cosine
+  against fp32): 0.99969 on an AMD EPYC with VNNI, 0.99619 on the same model and inputs under
+  `qemu-x86_64 -cpu Haswell` (AVX2 only). Weights in 7 bits (`--reduce-range`, the default) cannot
+  saturate: 0.99936 on both.
 """
 
 from __future__ import annotations
