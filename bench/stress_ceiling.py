@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,11 +29,16 @@ from bench.timing import grid_for, pixels, stage_model
 from core import onnx_io
 from core import parity as metrics
 from core.session import open_session
-from quantize import outlier_check, quantizers, stage
+from quantize import outlier_check, outliers, quantizers, stage
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 LEVELS = (1e-4, 1e-3, 1e-2)
+#: The stress copies (`quantize.outliers.WRITERS`) by their row label.
+COPIES = {"every": "outlier stress, every writer", "embedding": "outlier stress, embedding + biases"}
+#: (label, int8 flags) each stress copy is quantized with.
+QUANTIZED = [("dynamic 7-bit, outlier split", ["--method", "dynamic", "--reduce-range"]),
+             ("dynamic 7-bit, no split", ["--method", "dynamic", "--reduce-range", "--outlier-ratio", "0"])]
 SIZES = (448, 1024)
 SEED = 1
 
@@ -69,6 +75,19 @@ def perturbed(model_file: Path, level: float, out: Path) -> None:
     onnx_io.save(model, out)
 
 
+def quantized(copy: Path, work: Path, flags: list[str]) -> float:
+    """Min per-token cosine of `python -m quantize int8 COPY_FOLDER OUT FLAGS --outliers off` against the copy's
+    own fp32 outputs over every validation layout (the stage's report)."""
+    from quantize import __main__ as quantize_cli
+
+    out = work / "int8"
+    if quantize_cli.main(["int8", str(copy), str(out), *flags, "--outliers", "off", "--force"]) != 0:
+        raise SystemExit(f"error: python -m quantize int8 {copy} ... {' '.join(flags)} failed")
+    worst = json.loads((out / "report.json").read_text())["validation"]["min_token_cosine"]
+    shutil.rmtree(out)
+    return worst
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.stress_ceiling", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen3-vl")
@@ -78,7 +97,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     optimized = stage_model(args.build, args.model)
     feeds = [pixels(grid_for(side, side)) for side in SIZES]
-    rows, record = [], None
+    rows, stage_rows, record = [], [], None
     with tempfile.TemporaryDirectory(prefix=".stress-ceiling-", dir=optimized.parent.parent) as tmp:
         tmp = Path(tmp)
         named = tmp / "random.onnx"  # every node named, as the stages see it
@@ -87,9 +106,13 @@ def main(argv=None) -> int:
         rounding = rounding_error(model)
         onnx_io.save(model, named)
         del model
-        stressed = tmp / "stressed.onnx"
-        record = outlier_check.make_stressed(named, stressed)
-        for kind, model_file in (("random", named), ("outlier stress", stressed)):
+        copies = {"random": named}
+        for writers in outliers.WRITERS:
+            folder = tmp / f"stress-{writers}"
+            folder.mkdir()
+            record = outlier_check.make_stressed(named, folder / onnx_io.MODEL_FILE, writers)
+            copies[COPIES[writers]] = folder / onnx_io.MODEL_FILE
+        for kind, model_file in copies.items():
             session = open_session(model_file, args.threads)
             reference = [session.run(None, feed) for feed in feeds]
             del session
@@ -103,28 +126,46 @@ def main(argv=None) -> int:
                 rows.append({"weights": kind, "level": level, "min_token_cosine": dict(zip(map(str, SIZES), cosines))})
                 say(f"{kind}, noise {level:g} x column std: " +
                     ", ".join(f"{s}x{s} {c:.5f}" for s, c in zip(SIZES, cosines)))
+        for writers in outliers.WRITERS:
+            for label, flags in QUANTIZED:
+                worst = quantized(copies[COPIES[writers]].parent, tmp, flags)
+                stage_rows.append({"weights": COPIES[writers], "quantization": label, "flags": flags,
+                                   "min_token_cosine": worst})
+                say(f"{COPIES[writers]}, {label}: min per-token cosine {worst:.5f}")
     facts = machine()
     result = {"model": args.model, "machine": facts, "sizes": list(SIZES), "seed": SEED,
               "stress": {"channels": record["channels"], "factors": record["factors"]},
-              "rounding_relative_rms": rounding, "rows": rows}
+              "rounding_relative_rms": rounding, "rows": rows, "quantized": stage_rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"stress-ceiling-{args.model}.json").write_text(json.dumps(result, indent=1) + "\n")
-    sizes = [f"{s}x{s}" for s in SIZES]
-    lines = [f"# Outlier stress: what weight noise alone does ({args.model})", "",
-             (f"Produced by `python -m bench.stress_ceiling --model {args.model}` on {describe(facts)}. Every "
-              "quantizable MatMul weight gets Gaussian noise of LEVEL x its column's standard deviation (fp32, seed "
-              f"{SEED}); min per-token cosine of every output against the unperturbed model, one square image per "
-              "size. Random weights, and their outlier-stress copy (residual channels "
-              f"{record['channels']} x {record['factors']})."), "",
-             f"| weights | noise (x column std) | {' | '.join(sizes)} |", "|---|---:|" + "---:|" * len(sizes)]
-    lines += [f"| {r['weights']} | {r['level']:g} | " + " | ".join(f"{c:.5f}" for c in r["min_token_cosine"].values())
-              + " |" for r in rows]
-    lines += ["", ("Relative RMS error of rounding the same weights (what a quantizer adds before any activation "
-                   "error):"), "", "| rounding | relative RMS |", "|---|---:|"]
-    lines += [f"| {label} | {value:.4f} |" for label, value in rounding.items()]
-    (args.out / f"stress-ceiling-{args.model}.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"stress-ceiling-{args.model}.md").write_text(markdown(result))
     say(f"wrote {args.out / f'stress-ceiling-{args.model}.md'}")
     return 0
+
+
+def markdown(result: dict) -> str:
+    sizes = [f"{s}x{s}" for s in result["sizes"]]
+    stress = result["stress"]
+    lines = [f"# Outlier stress: what weight noise alone does ({result['model']})", "",
+             (f"Produced by `python -m bench.stress_ceiling --model {result['model']}` on "
+              f"{describe(result['machine'])}. Every quantizable MatMul weight gets Gaussian noise of LEVEL x its "
+              f"column's standard deviation (fp32, seed {result['seed']}); min per-token cosine of every output "
+              "against the unperturbed model, one square image per size. Random weights, and two outlier-stress "
+              f"copies (residual channels {stress['channels']} x {stress['factors']}): every writer of the stream "
+              "scaled (the stages' check), or only the patch embedding and the blocks' bias terms "
+              "(`quantize.outliers.WRITERS`)."), "",
+             f"| weights | noise (x column std) | {' | '.join(sizes)} |", "|---|---:|" + "---:|" * len(sizes)]
+    lines += [f"| {r['weights']} | {r['level']:g} | " + " | ".join(f"{c:.5f}" for c in r["min_token_cosine"].values())
+              + " |" for r in result["rows"]]
+    lines += ["", ("Relative RMS error of rounding the same weights (what a quantizer adds before any activation "
+                   "error):"), "", "| rounding | relative RMS |", "|---|---:|"]
+    lines += [f"| {label} | {value:.4f} |" for label, value in result["rounding_relative_rms"].items()]
+    lines += ["", ("Each stress copy through the int8 stage's own command (`--outliers off`: the quantization "
+                   "alone), min per-token cosine against the copy's fp32 outputs over every validation layout:"),
+              "", "| weights | quantization | min per-token cosine | flags |", "|---|---|---:|---|"]
+    lines += [f"| {r['weights']} | {r['quantization']} | {r['min_token_cosine']:.5f} | `{' '.join(r['flags'])}` |"
+              for r in result["quantized"]]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

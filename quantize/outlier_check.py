@@ -44,10 +44,10 @@ def probe_indices(layouts: list[dict]) -> list[int]:
     return [i for i, lay in enumerate(layouts) if lay["case"] in PROBE_CASES] or [0]
 
 
-def make_stressed(src: Path, dst: Path) -> dict:
+def make_stressed(src: Path, dst: Path, writers: str = "every") -> dict:
     """Write the outlier-stress copy of `src` to `dst`; returns `outliers.stress`'s record."""
     model = onnx_io.load(src, in_memory=True)
-    record = outliers.stress(model)
+    record = outliers.stress(model, writers=writers)
     onnx_io.save(model, dst)
     return record
 

@@ -75,3 +75,20 @@ def test_restore_fp32_of_every_matmul_is_the_fp32_model(optimized, tmp_path):
         assert not [n for n in back.graph if n.op_type in quantizers.QUANTIZED_OPS or "Quantize" in n.op_type]
         for got, ref in zip(open_session(tmp_path / "back.onnx", 1).run(None, feed), reference):
             np.testing.assert_array_equal(got, ref)
+
+
+def test_embedding_only_copy_scales_the_patch_embedding_and_biases_alone(optimized):
+    """writers="embedding": the outliers are made once (patch embedding) and pushed by the blocks' bias terms;
+    no MatMul weight is touched, and the stream still carries them at every residual sum."""
+    model = onnx_io.load(optimized, in_memory=True)
+    record = outliers.stress(model, writers="embedding")
+    assert [w["op"] for w in record["writers"]] == ["Conv"]
+    _, sums = outliers.residual_contributions(model)
+    model.graph.outputs.extend(sums)
+    feed = QWEN3_VL.layout_inputs({"grid_thw": [[1, 16, 16]]}, {}, np.random.default_rng(0))
+    values = open_session(model, 1).run(None, feed)[-len(sums):]
+    for value in values:
+        peak = np.abs(value).max(axis=0)
+        assert peak[record["channels"]].min() >= 10 * np.median(np.delete(peak, record["channels"]))
+    with pytest.raises(ValueError, match="writers"):
+        outliers.stress(onnx_io.load(optimized, in_memory=True), writers="some")
