@@ -28,6 +28,7 @@ import numpy as np
 from bench.machine import describe, machine
 from bench.timing import stage_model
 from core import parity
+from core.session import open_session
 from families import QWEN3_VL, validation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,23 +52,18 @@ def say(message: str) -> None:
 def run_model(model: Path, feeds: Path, out: Path, emulate: str | None) -> float:
     """Run `model` at every feed of the npz `feeds` in a child process (under qemu when `emulate`); seconds."""
     command = [sys.executable, "-m", "bench.int8_cpus", "--child", str(model), str(feeds), str(out)]
-    env = dict(os.environ)
     if emulate:  # the venv's interpreter under qemu; site-packages as PYTHONPATH (qemu's argv[0] is the binary)
         site = next(p for p in sys.path if p.endswith("site-packages"))
         command = ["qemu-x86_64", "-cpu", emulate, "-E", f"PYTHONPATH={ROOT}:{site}",
                    os.path.realpath(sys.executable), *command[1:]]
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, env=env, stderr=subprocess.DEVNULL if emulate else None)
+    subprocess.run(command, check=True, cwd=ROOT, stderr=subprocess.DEVNULL if emulate else None)
     return time.perf_counter() - start
 
 
 def child(model: str, feeds: str, out: str) -> None:
     """One process: run `model` at each case of `feeds` ({case}__{input}) and save {case}__{output}."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    session = open_session(model, 1)
     data = np.load(feeds)
     cases = sorted({k.split("__")[0] for k in data.files})
     results = {}

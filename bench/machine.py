@@ -11,7 +11,7 @@ def machine() -> dict:
     """{cpu, cores, avx512, amx, vnni (an exact int8 dot product, `core.cpu`), memory_gib, platform} of this machine."""
     mem = next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
     return {"cpu": cpu.name(), "cores": os.cpu_count(), "avx512": cpu.has("avx512f"), "amx": cpu.has("amx_tile"),
-            "vnni": not cpu.int8_saturates(), "memory_gib": round(int(mem.split()[1]) / 2**20, 1),
+            "vnni": any(cpu.has(f) for f in cpu.EXACT_INT8_FLAGS), "memory_gib": round(int(mem.split()[1]) / 2**20, 1),
             "platform": platform.platform()}
 
 

@@ -21,6 +21,7 @@ import gc
 import hashlib
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -153,15 +154,17 @@ def choose(rows: list[dict]) -> dict:
                      "cosine; INT4: the fastest point, ties within 5% to the higher min per-token cosine")}
     if int8:
         most = max(meets(r) for r in int8)
-        candidates = [r for r in int8 if meets(r) == most]
-        fastest = min(r["median_s"] for r in candidates)
-        near = [r for r in candidates if r["median_s"] <= 1.05 * fastest]
-        best["int8"] = max(near, key=lambda r: ((r["stress_token_cosine"] or 0), r["token_cosine"]))["label"]
+        best["int8"] = fastest_or_near([r for r in int8 if meets(r) == most],
+                                       lambda r: ((r["stress_token_cosine"] or 0), r["token_cosine"]))
     if int4:
-        fastest = min(r["median_s"] for r in int4)
-        near = [r for r in int4 if r["median_s"] <= 1.05 * fastest]
-        best["int4"] = max(near, key=lambda r: r["token_cosine"])["label"]
+        best["int4"] = fastest_or_near(int4, lambda r: r["token_cosine"])
     return best
+
+
+def fastest_or_near(rows: list[dict], accuracy) -> str:
+    """Label of the most accurate (by `accuracy(row)`) of the rows within 5% of the fastest's median."""
+    fastest = min(r["median_s"] for r in rows)
+    return max((r for r in rows if r["median_s"] <= 1.05 * fastest), key=accuracy)["label"]
 
 
 def main(argv=None) -> int:
@@ -170,7 +173,12 @@ def main(argv=None) -> int:
     stem = f"sweep-{args.model}"
     md_name = "sweep.md" if args.model == "qwen3-vl" else f"{stem}.md"
     if args.report_only:
-        return write_report(args.out, stem, md_name, json.loads((args.out / f"{stem}.json").read_text()))
+        last = args.out / f"{stem}.json"
+        if not last.exists():
+            print(f"error: --report-only needs the JSON of an earlier run, and {last} is missing: run "
+                  f"`python -m bench.sweep --model {args.model}` first", file=sys.stderr)
+            return 2
+        return write_report(args.out, stem, md_name, json.loads(last.read_text()))
     root = args.build / args.model
     optimized = stage_model(args.build, args.model)
     points = [p for p in POINTS if not args.only or any(o in p[0] for o in args.only)]

@@ -1,7 +1,9 @@
 """Torch-free timing helpers shared by the benchmarks: inputs for a size, interleaved medians, load."""
 
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -41,9 +43,6 @@ def load_average() -> list[float]:
 
 def stage_model(build, model: str, stage: str = "optimized"):
     """BUILD/MODEL/STAGE/model.onnx; when `make export` has not made it: one error line, exit 2."""
-    import sys
-    from pathlib import Path
-
     path = Path(build) / model / stage / "model.onnx"
     if not path.exists():
         print(f"error: {path} is missing: run `make export MODEL={model}` first", file=sys.stderr)

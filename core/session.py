@@ -67,6 +67,7 @@ def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: i
     """
     onnx_io.collect_for(src)  # a dropped onnx-ir model frees its weights before ORT loads another copy
     options = _options(threads)
+    name = "the model" if isinstance(src, (ir.Model, onnx.ModelProto)) else str(src)
     try:
         if isinstance(src, (ir.Model, onnx.ModelProto)):
             with tempfile.TemporaryDirectory(prefix="vision-onnx-session-") as tmp:
@@ -76,11 +77,9 @@ def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: i
                 else:
                     onnx_io.save_proto(src, path)
                 options.add_session_config_entry("session.use_ort_model_bytes_directly", "0")
-                return _checked(ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]),
-                                "the model")
-        return _checked(ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"]), str(src))
+                return _checked(ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), name)
+        return _checked(ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"]), name)
     except ORT_ERRORS as exc:
-        name = "the model" if isinstance(src, (ir.Model, onnx.ModelProto)) else str(src)
         raise UsageError(f"ONNX Runtime cannot load {name}: {ort_error_line(exc)}") from None
 
 

@@ -86,7 +86,7 @@ def _quiet():
         logging.disable(before)
 
 
-def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool, reduce_range: bool = False) -> None:
+def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool, reduce_range: bool) -> None:
     """`src` -> `dst` through `quantize_dynamic` (MatMul only, int8 weights), nodes in `skip` left fp32.
 
     `reduce_range`: weights in 7 bits (|w| <= 63), so that the u8 x s8 pair sums of x86 CPUs without VNNI

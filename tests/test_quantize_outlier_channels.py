@@ -69,7 +69,7 @@ def test_split_model_computes_the_same_in_fp32(models, tmp_path):
             assert np.abs(got - ref).max() <= 1e-5 * max(1.0, float(np.abs(ref).max()))
 
 
-@pytest.mark.parametrize("quantize", [partial(quantizers.dynamic, per_channel=False),
+@pytest.mark.parametrize("quantize", [partial(quantizers.dynamic, per_channel=False, reduce_range=False),
                                       partial(quantizers.matmul_nbits, bits=4, block_size=128, symmetric=True,
                                               accuracy_level=4)], ids=["int8-dynamic-per-tensor", "int4-b128"])
 def test_with_the_split_outliers_cost_no_more_than_the_quantization_itself(models, quantize, tmp_path):
