@@ -57,7 +57,11 @@ def run_model(model: Path, feeds: Path, out: Path, emulate: str | None) -> float
         command = ["qemu-x86_64", "-cpu", emulate, "-E", f"PYTHONPATH={ROOT}:{site}",
                    os.path.realpath(sys.executable), *command[1:]]
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT, stderr=subprocess.DEVNULL if emulate else None)
+    done = subprocess.run(command, check=False, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SystemExit(f"error: running {model.name} {'under qemu -cpu ' + emulate if emulate else 'natively'} "
+                         f"failed (exit {done.returncode}): {last}")
     return time.perf_counter() - start
 
 
