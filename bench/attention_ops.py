@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from bench.machine import describe, machine
+from core.machine import describe, machine
 from bench.scale_point import peak_rss_mib, rss_mib
 from bench.timing import load_average
 from core.session import ORT_ERRORS

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from bench.machine import describe, machine
+from core.machine import describe, machine
 from core import onnx_io, session
 from core import report as reports
 from core.errors import Parser, UsageError, main_wrapper

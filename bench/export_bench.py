@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.machine import describe, machine
+from core.machine import describe, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The memory target of every stage: peak RSS at most this many times the fp32 model's size.

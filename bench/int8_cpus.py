@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.machine import describe, machine
+from core.machine import describe, machine
 from bench.timing import stage_model
 from core import parity
 from core.session import open_session

@@ -24,7 +24,7 @@ import onnxruntime as ort
 import torch
 
 from bench import flops, gemm_peak, latency_report
-from bench.machine import machine
+from core.machine import machine
 from bench.timing import grid_for, interleaved, load_average, pixels
 from builders.config import load_config
 from builders.qwen3_vl.model import build_random
@@ -112,7 +112,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 # ---------------------------------------------------------------- machine
 def machine_and_versions() -> dict:
-    """bench.machine facts plus the versions of the runtimes compared."""
+    """core.machine facts plus the versions of the runtimes compared."""
     return {**machine(), "versions": {"onnxruntime": ort.__version__, "torch": torch.__version__,
                                       "numpy": np.__version__}}
 

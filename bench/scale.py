@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.machine import describe, machine
+from core.machine import describe, machine
 from bench.timing import grid_for, load_average
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from bench.machine import describe, machine
+from core.machine import describe, machine
 from bench.timing import grid_for, pixels, stage_model
 from core import onnx_io
 from core import parity as metrics

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from bench import sweep_report
-from bench.machine import machine
+from core.machine import machine
 from bench.timing import grid_for, interleaved, load_average, pixels, stage_model
 from core.session import open_session
 

@@ -5,7 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bench.machine import describe
+from core.machine import describe
 
 COLORS = {"fp32": "tab:gray", "int8": "tab:blue", "int4": "tab:orange"}
 

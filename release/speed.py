@@ -18,6 +18,7 @@ from pathlib import Path
 from core import onnx_io, session
 from core import report as report_mod
 from core.errors import UsageError
+from core.machine import describe, machine
 from core.progress import say
 from core.staging import staged_folder
 from families import family
@@ -53,8 +54,6 @@ def smoke_inputs(found: dict[str, stages.Stage], fam_name: str) -> dict[str, dic
 
 def measure(build: str | Path, size: str = "448x448", threads: int = 1, reps: int = 3) -> Path:
     """Time every packaged stage of `build` at `size`; write and return BUILD/speed/report.json."""
-    from bench.machine import describe, machine
-
     build = Path(build)
     found = stages.read_build(build)
     fam_name = found["export"].report.get("family", "?")

@@ -1,4 +1,4 @@
-"""What machine a benchmark ran on (Linux /proc), for its results file."""
+"""What machine a run was measured on (Linux /proc): for benchmark results and the speed report of `release`."""
 
 import os
 import platform

@@ -1,0 +1,61 @@
+"""The layering of docs/architecture.md, read from the source: the product never imports the benchmarks.
+
+Every module of the product packages is parsed (not imported), and each `import X` / `from X import ...`
+(top level or inside a function) is checked. A user who installs the package gets no benchmark code,
+and a change to a benchmark cannot break an export, a quantization or a release.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("core", "families", "builders", "surgery", "quantize", "release", "runtime")
+#: Packages only the development tree has: the product may not import them.
+NOT_PRODUCT = ("bench", "tests")
+
+
+def imported_modules(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, module) of every import statement in `path` (a module of `package`), relative imports resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+    return found
+
+
+def product_files() -> list[Path]:
+    return sorted(f for pkg in PRODUCT for f in (ROOT / pkg).rglob("*.py"))
+
+
+def test_the_walk_sees_every_product_package():
+    packages = {f.relative_to(ROOT).parts[0] for f in product_files()}
+    assert packages == set(PRODUCT)
+
+
+def package_of(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).parts[:-1])
+
+
+def test_imported_modules_reads_function_level_and_relative_imports(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\n\ndef f():\n    from bench.timing import pixels\n\nfrom . import errors\n"
+                     "from ..release import stages\n")
+    assert sorted(imported_modules(probe, "core.sub")) == [(1, "os"), (4, "bench.timing"), (6, "core.sub"),
+                                                          (7, "core.release")]
+
+
+@pytest.mark.parametrize("path", product_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_product_never_imports_bench(path):
+    bad = [f"line {line}: {module}" for line, module in imported_modules(path, package_of(path))
+           if module.split(".")[0] in NOT_PRODUCT]
+    assert not bad, f"{path.relative_to(ROOT)} imports development-only code: {', '.join(bad)}"
