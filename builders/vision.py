@@ -107,7 +107,7 @@ def export(args: argparse.Namespace) -> int:
     })
 
     out = Path(args.out)
-    with staged_folder(out, STAGE, force=args.force) as tmp:
+    with staged_folder(out, STAGE, force=args.force, keep_log=True) as tmp:
         with step("save", timings, "save"):
             files = onnx_io.save_proto(model, tmp / "model.onnx")
             del model

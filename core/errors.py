@@ -8,9 +8,10 @@ cause in that line, and no traceback.
 import argparse
 import logging
 import signal
-import sys
 import threading
 from collections.abc import Callable
+
+from core import console
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -24,7 +25,20 @@ class CheckFailed(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports bad options as one `error:` line (with a --help hint) and exit code 2."""
+    """argparse that reports bad options as one `error:` line (with a --help hint) and exit code 2, and
+    takes `--verbose` (every parser and subcommand): third-party warnings on the console (`core.console`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # SUPPRESS: a subcommand's default cannot undo a --verbose given before the subcommand
+        self.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                          help="show third-party warnings and logs on the console (default: the stage's log.txt)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        if getattr(parsed, "verbose", False):
+            console.verbose()
+        return parsed, rest
 
     def error(self, message: str):
         raise UsageError(f"{message} (see {self.prog} --help)")
@@ -45,22 +59,24 @@ def main_wrapper(body: Callable[[], int]) -> int:
     MemoryError is reported as bad input too (the request was larger than the machine), and
     KeyboardInterrupt or SIGTERM (`kill`, a job scheduler) as an interrupted run (exit 130); both without a
     traceback. SIGTERM is turned into KeyboardInterrupt so that staged outputs are cleaned up on the way out.
+    The body runs in `core.console.quiet()`: third-party warnings go to the stage's log.txt, not the console.
     """
     logging.getLogger("onnx_ir").setLevel(logging.ERROR)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return body()
-    except UsageError as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        return EXIT_USAGE
-    except CheckFailed as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        return EXIT_FAILED
-    except MemoryError:
-        print("error: out of memory: the request needs more memory than this machine has; use smaller "
-              "inputs (fewer patches or images)", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
-        return 130
+    with console.quiet():
+        try:
+            return body()
+        except UsageError as err:
+            print(f"error: {one_line(err)}", file=console.stream())
+            return EXIT_USAGE
+        except CheckFailed as err:
+            print(f"error: {one_line(err)}", file=console.stream())
+            return EXIT_FAILED
+        except MemoryError:
+            print("error: out of memory: the request needs more memory than this machine has; use smaller "
+                  "inputs (fewer patches or images)", file=console.stream())
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print("error: interrupted; nothing was written", file=console.stream())
+            return 130

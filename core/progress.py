@@ -1,17 +1,19 @@
-"""Progress lines with timings, printed to stderr (results go to stdout), shared by every stage."""
+"""Progress lines with timings, printed to stderr (results go to stdout; third-party output does not reach the
+console, `core.console`), shared by every stage."""
 
 import contextlib
-import sys
 import threading
 import time
 from collections.abc import Iterator
+
+from core import console
 
 TAG = "vision-onnx"
 
 
 def say(message: str, tag: str = TAG) -> None:
     """Print one progress line, prefixed with the stage's tag."""
-    print(f"[{tag}] {message}", file=sys.stderr, flush=True)
+    print(f"[{tag}] {message}", file=console.stream(), flush=True)
 
 
 @contextlib.contextmanager

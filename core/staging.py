@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
+from core import console
 from core.errors import UsageError
 
 REPORT = "report.json"
@@ -160,14 +161,17 @@ def _publish(tmp: Path) -> None:
 
 @contextlib.contextmanager
 def staged_folder(out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
-                  force: bool = False) -> Iterator[Path]:
+                  force: bool = False, keep_log: bool = False) -> Iterator[Path]:
     """Yield a temp folder beside OUT; on success it becomes OUT (checked by `check_folder_output`),
-    on error it is removed and OUT is untouched."""
+    on error it is removed and OUT is untouched. `keep_log`: OUT also receives the run's third-party
+    warnings as `log.txt` (`core.console`; pipeline stages, not release packages, whose files are listed)."""
     out = check_folder_output(out, stage, inputs, force)
     with _created_parents(out):
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         try:
             yield tmp
+            if keep_log:
+                console.write_log(tmp)
             _publish(tmp)
             replace_folder(tmp, out)
         except BaseException:
@@ -209,8 +213,11 @@ class StagedFile:
     place, the model last so it never points at missing data. Without `commit()` nothing appears."""
 
     def __init__(self, out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
-                 force: bool = False, report: str | os.PathLike | None = None):
+                 force: bool = False, report: str | os.PathLike | None = None, keep_log: bool = False):
+        """`keep_log`: OUT is `model.onnx` in a stage folder, which also receives the run's third-party
+        warnings as `log.txt` (`core.console`); never for a file OUT, whose folder is the user's."""
         self.out = check_file_output(out, stage, inputs, force, report)
+        self.keep_log = keep_log
         self.report_path = _real(report) if report is not None else self.out.parent / REPORT
         self._parents = _created_parents(self.out)
         self._parents.__enter__()
@@ -225,6 +232,8 @@ class StagedFile:
         self.report_path.parent.mkdir(parents=True, exist_ok=True)
         tmp_report = self.dir / ".report.json"
         tmp_report.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        if self.keep_log:
+            console.write_log(self.dir)
         files = sorted((f for f in self.dir.iterdir() if f != tmp_report), key=lambda p: p == self.model_path)
         for file in files:
             file.chmod(0o644)

@@ -105,7 +105,7 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: b
     stage.name_nodes(model)
     model.producer_name, model.producer_version = "vlm-vision-onnx.quantize", "optimize"
     counts = stage.op_counts(model)
-    with staged_folder(out, "optimize", [path], force) as tmp:
+    with staged_folder(out, "optimize", [path], force, keep_log=True) as tmp:
         with step("save", timings):
             files = onnx_io.save(model, tmp / "model.onnx")
         del model  # the check below runs the saved file: ORT's copy of the weights is the only one

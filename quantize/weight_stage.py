@@ -144,7 +144,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             stress = outlier_check.run(prepared.stressed, quantize, skip, source.layouts, source.inputs, outliers,
                                        target, threads, timings)
         stress_skip = stress["excluded"] if stress else []
-        with staged_folder(out, stage_name, [path], force) as staged:
+        with staged_folder(out, stage_name, [path], force, keep_log=True) as staged:
             model_file = staged / "model.onnx"
             with step(f"quantize ({', '.join(f'{k} {v}' for k, v in config.items())})", timings):
                 quantize(prepared.fp32_file, model_file, skip + stress_skip)

@@ -121,7 +121,8 @@ def _check_out(args) -> Path:
 def _staged(args) -> StagedFile:
     """The staged output of a writing command: OUT.onnx (a file, report beside it) or OUT/ (a stage
     folder holding model.onnx and report.json), checked before any work (see core.staging)."""
-    return StagedFile(_check_out(args), STAGE, [args.input], args.force, args.report)
+    return StagedFile(_check_out(args), STAGE, [args.input], args.force, args.report,
+                      keep_log=Path(args.output).suffix != ".onnx")
 
 
 def _finish(stage: StagedFile, args, report: dict) -> None:
