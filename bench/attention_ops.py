@@ -22,9 +22,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from core.machine import describe, machine
 from bench.scale_point import peak_rss_mib, rss_mib
 from bench.timing import load_average
+from core.machine import describe, machine
 from core.session import ORT_ERRORS
 
 ROOT = Path(__file__).resolve().parents[1]

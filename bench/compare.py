@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core.machine import describe, machine
 from core import onnx_io, session
 from core import report as reports
 from core.errors import Parser, UsageError, main_wrapper
+from core.machine import describe, machine
 from core.parity import worst
 from core.progress import say
 from families import family

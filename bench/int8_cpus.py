@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.machine import describe, machine
 from bench.timing import stage_model
 from core import parity
+from core.machine import describe, machine
 from core.session import open_session
 from families import QWEN3_VL, validation
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.machine import describe, machine
 from bench.timing import grid_for, load_average
+from core.machine import describe, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core.machine import describe, machine
 from bench.timing import grid_for, pixels, stage_model
 from core import onnx_io
 from core import parity as metrics
+from core.machine import describe, machine
 from core.session import open_session
 from quantize import outlier_check, outliers, quantizers, stage
 

@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sym.add_argument("--asymmetric", dest="symmetric", action="store_false", help="with zero points")
     int4_cmd.add_argument("--accuracy-level", type=int, default=4, choices=quantizers.ACCURACY_LEVELS,
                           help="MatMulNBits compute: 0 fp32, 4 int8 activations (default 4)")
+    int4_cmd.add_argument("--int8-matmuls", type=int, default=0, metavar="N",
+                          help="mixed precision: the N MatMuls most sensitive to 4 bits (each alone, on the model's "
+                               "own weights) are quantized to 8 bits instead (default 0: all 4-bit)")
     int4_cmd.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                           help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")
     add_int8_options(int8_cmd)
@@ -53,8 +56,16 @@ def add_outlier_options(sub: argparse.ArgumentParser, default: str) -> None:
                      help="outlier-stress check: exclude = keep fp32 the MatMuls it shows must stay fp32, "
                           f"report = measure only, off (default {default})")
     sub.add_argument("--stress-target", type=float, default=outlier_check.DEFAULT_TARGET, metavar="COS",
-                     help="min per-token cosine the outlier-stress copy must reach with --outliers exclude "
+                     help="min per-token cosine the outlier-stress copy (outliers written once by the patch "
+                          "embedding, as in trained ViTs) must reach with --outliers exclude "
                           f"(default {outlier_check.DEFAULT_TARGET})")
+    sub.add_argument("--worst-case-budget", type=float, default=outlier_check.DEFAULT_WORST_CASE_BUDGET,
+                     metavar="S", help="seconds for the worst-case outlier-stress figure (every writer of the stream "
+                     "scaled; measured, never a gate) after its first layout "
+                     f"(default {outlier_check.DEFAULT_WORST_CASE_BUDGET:g})")
+    sub.add_argument("--min-cosine", type=float, default=0.0, metavar="COS",
+                     help="refuse (exit 2, nothing written) when the min per-token cosine against fp32 over the "
+                          "validation layouts is below COS (default 0: no floor)")
     sub.add_argument("--outlier-ratio", type=float, default=outlier_channels.DEFAULT_RATIO, metavar="R",
                      help="split off into fp32 the MatMul input channels whose max |x| exceeds R x the median "
                           f"channel's (LLM.int8()-style; 0: off; default {outlier_channels.DEFAULT_RATIO:g})")
@@ -111,11 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "int8":
             int8.run(args.input, args.out, args.method, args.per_channel, args.block_size, args.symmetric,
                      args.accuracy_level, args.exclude, args.outliers, args.stress_target, args.threads, args.force,
-                     args.outlier_ratio, args.reduce_range)
+                     args.outlier_ratio, args.reduce_range, args.min_cosine, args.worst_case_budget)
         else:
             int4.run(args.input, args.out, args.block_size, args.symmetric, args.accuracy_level,
                      args.exclude, args.threads, force=args.force, outliers=args.outliers,
-                     target=args.stress_target, outlier_ratio=args.outlier_ratio)
+                     target=args.stress_target, outlier_ratio=args.outlier_ratio, min_cosine=args.min_cosine,
+                     worst_case_budget=args.worst_case_budget, int8_matmuls=args.int8_matmuls)
         return 0
 
     return main_wrapper(body)

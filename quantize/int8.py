@@ -42,8 +42,9 @@ def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel:
         symmetric: bool = True, accuracy_level: int = 4, exclude: list[str] | None = None,
         outliers: str = "exclude", target: float = outlier_check.DEFAULT_TARGET, threads: int = 0,
         force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO,
-        reduce_range: bool = REDUCE_RANGE) -> dict:
+        reduce_range: bool = REDUCE_RANGE, min_cosine: float = 0.0,
+        worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET) -> dict:
     """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
     fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range)
     return weight_stage.run("int8", path, out, config, fn, exclude or [], threads, outliers, target, force,
-                            outlier_ratio)
+                            outlier_ratio, min_cosine, worst_case_budget)

@@ -75,6 +75,31 @@ def matmul_nbits(src: Path, dst: Path, skip: list[str], bits: int, block_size: i
     onnx_io.save_proto(quantizer.model.model, dst)
 
 
+def nbits_by_bits(model: ir.Model) -> dict[int, int]:
+    """{bits: how many MatMulNBits nodes have them} (a mixed-precision model has two keys)."""
+    counts: dict[int, int] = {}
+    for node in model.graph:
+        if node.op_type == "MatMulNBits":
+            bits = node.attributes["bits"].as_int()
+            counts[bits] = counts.get(bits, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def mixed(low, high, promoted: list[str]):
+    """A file -> file quantizer: `high` for the MatMuls named in `promoted`, `low` for the others.
+
+    `low` runs first with `promoted` left as MatMul; `high` then takes what is still a MatMul (the caller's
+    `skip` stays fp32 in both passes). Used by int4 for mixed precision: the most sensitive MatMuls in 8 bits."""
+
+    def quantize(src: Path, dst: Path, skip: list[str]) -> None:
+        with tempfile.TemporaryDirectory(prefix="mixed-", dir=dst.parent) as tmp:
+            first = Path(tmp) / "low.onnx"
+            low(src, first, list(skip) + list(promoted))
+            high(first, dst, list(skip))
+
+    return quantize
+
+
 @contextlib.contextmanager
 def _quiet():
     """Silence quantize_dynamic's root-logger warning ("consider pre-processing") for one call."""

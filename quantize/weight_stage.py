@@ -3,8 +3,10 @@
 The report gives, per validation layout and per output, cosine, min per-token cosine and max abs
 diff against the fp32 input; the file sizes; the weight-bearing nodes left fp32 and why; and the
 outlier-stress check (`quantize.outlier_check`): the same quantization of a copy of the input whose
-residual stream has a few channels 20-100x larger, with (mode "exclude") the MatMuls it shows must
-stay fp32 — those are then left fp32 in OUT too.
+residual stream carries a few channels 20-100x larger, written once by the patch embedding as in trained
+ViTs (the gate), with (mode "exclude") the MatMuls it shows must stay fp32 — those are then left fp32 in
+OUT too; and the worst case (every writer of the stream scaled), measured within a time budget, never a
+gate. `min_cosine`: the floor the result must reach on the input's own weights, else nothing is written.
 """
 
 from __future__ import annotations
@@ -38,13 +40,15 @@ def excluded(nodes: list[tuple[str, str]], patterns: list[str]) -> list[str]:
 @dataclass
 class Prepared:
     """A stage input ready for quantizing: its fp32 outputs at every layout, a copy with every node named
-    (exclusions go by name), its quantizable MatMuls, and (when asked) its outlier-stress copy."""
+    (exclusions go by name), its quantizable MatMuls, and (when asked) its outlier-stress copies: the gate
+    and the worst case."""
 
     source: stage.StageInput
     fp32_file: Path
     nodes: list[tuple[str, str]]
     stressed: outlier_check.Stressed | None
     folder: tempfile.TemporaryDirectory
+    worst: outlier_check.Stressed | None = None
 
 
 #: bench.sweep turns this on: the stages it runs one after the other on the same input then reuse the
@@ -94,7 +98,10 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
         say(f"reusing the reference outputs of {path} from the previous stage of this run")
     if stress and found.stressed is None:
         found.stressed = outlier_check.prepare(found.fp32_file, found.fp32_file.with_name("stressed.onnx"),
-                                               found.source.inputs, threads, timings)
+                                               found.source.layouts, found.source.inputs, threads, timings)
+    if stress and found.worst is None:
+        found.worst = outlier_check.prepare_worst_case(found.fp32_file, found.fp32_file.with_name("worst.onnx"),
+                                                       timings)
     if KEEP_PREPARED:
         _prepared[key] = found
     return found
@@ -109,18 +116,28 @@ def no_matmul_error(model) -> UsageError:
 
 def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quantize: outlier_check.Quantizer,
         exclude: list[str], threads: int, outliers: str, target: float = outlier_check.DEFAULT_TARGET,
-        force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO) -> dict:
+        force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO, min_cosine: float = 0.0,
+        worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET,
+        promote: tuple[int, outlier_check.Quantizer, dict] | None = None) -> dict:
     """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
 
     `config` (the stage's options) goes into the report as is. `outliers`: "exclude", "report" or "off".
     `outlier_ratio` > 0: outlier input channels and output columns of each MatMul (max |value| above that many
     times the median channel's, `quantize.outlier_channels`) are split off into fp32 MatMuls before
-    quantizing; 0: off.
+    quantizing; 0: off. `min_cosine` > 0: the min per-token cosine against fp32 over the validation layouts
+    must reach it, else UsageError (exit 2) and nothing written. `worst_case_budget`: seconds for the
+    worst-case outlier-stress figure (`outlier_check.worst_case`). `promote` = (N, quantizer, its settings):
+    mixed precision, the N MatMuls most sensitive to `quantize` (each alone, on the input's own weights at the
+    first probe layout, `outlier_check.sensitivity`) go through that quantizer instead.
     """
     if outliers not in outlier_check.MODES:
         raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
     if not 0 < target <= 1:
         raise UsageError(f"--stress-target must be in (0, 1], got {target}")
+    if not 0 <= min_cosine <= 1:
+        raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
+    if worst_case_budget < 0:
+        raise UsageError(f"--worst-case-budget must be >= 0 seconds, got {worst_case_budget}")
     if outlier_ratio != 0 and not outlier_ratio > 1:
         raise UsageError(f"--outlier-ratio must be 0 (off) or greater than 1, got {outlier_ratio}")
     excluded([], exclude)  # a bad pattern is refused before any work
@@ -136,6 +153,17 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                              "would be quantized; narrow the pattern")
         split_record: dict[str, outlier_channels.Found] = {}
         probe = outlier_check.probe_indices(source.layouts)
+        mixed = None
+        if promote and promote[0]:
+            count, high, high_config = promote
+            with tempfile.TemporaryDirectory(prefix="sensitivity-", dir=prepared.fp32_file.parent) as tmp, \
+                    step("mixed precision: sensitivity of each MatMul alone", timings):
+                ranked = outlier_check.sensitivity(prepared.fp32_file, quantize, source.inputs[probe[0]], Path(tmp),
+                                                   threads)
+            promoted = [r["node"] for r in ranked if r["node"] not in skip][:count]
+            quantize = quantizers.mixed(quantize, high, promoted)
+            mixed = {"promoted": promoted, "quantizer": high_config, "case": source.layouts[probe[0]]["case"],
+                     "sensitivity": ranked}
         if outlier_ratio:
             quantize = outlier_channels.keeping_outliers_fp32(quantize, [source.inputs[i] for i in probe], threads,
                                                               outlier_ratio, split_record)
@@ -144,6 +172,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             stress = outlier_check.run(prepared.stressed, quantize, skip, source.layouts, source.inputs, outliers,
                                        target, threads, timings)
         stress_skip = stress["excluded"] if stress else []
+        worst_case = (outlier_check.worst_case(prepared.worst, quantize, skip + stress_skip, source.layouts,
+                                               source.inputs, threads, timings, worst_case_budget)
+                      if stress else None)
         with staged_folder(out, stage_name, [path], force, keep_log=True) as staged:
             model_file = staged / "model.onnx"
             with step(f"quantize ({', '.join(f'{k} {v}' for k, v in config.items())})", timings):
@@ -151,7 +182,15 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             with step("compare with fp32 at the validation layouts", timings):
                 cases = metrics.check(open_session(model_file, threads), source.layouts, source.inputs,
                                      source.reference, tolerance=None)
+            worst = metrics.worst(cases)
+            if min_cosine and not (worst["min_token_cosine"] or 0) >= min_cosine:
+                case = min(cases, key=lambda c: metrics.worst([c])["min_token_cosine"] or 1)["case"]
+                raise UsageError(f"the {stage_name} model reaches min per-token cosine {worst['min_token_cosine']:.5f} "
+                                 f"against fp32 (at '{case}'), below --min-cosine {min_cosine}; nothing written "
+                                 "(try other options, or a lower floor)")
             model = onnx_io.load(model_file)
+            if mixed:
+                mixed["nbits_by_bits"] = quantizers.nbits_by_bits(model)
             reason = {**{n: "excluded (--exclude)" for n in skip}, **{n: "excluded (outlier stress)" for n in stress_skip},
                       **outlier_channels.fp32_reasons(split_record.get(prepared.fp32_file.name, {}))}
             fp32 = [{"node": n.name, "op": n.op_type, "weight": w, "shape": list(n.inputs[1].const_value.shape),
@@ -159,10 +198,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                     for n, w in quantizers.weight_nodes(model)]
             files = onnx_io.file_sizes(model_file)
             input_files = onnx_io.file_sizes(source.path)
-            worst = metrics.worst(cases)
             report = {
                 **stage.report_header(stage_name, source),
-                "config": {**config, "exclude": exclude, "outliers": outliers},
+                "config": {**config, "exclude": exclude, "outliers": outliers, "min_cosine": min_cosine},
                 "quantized_nodes": sum(1 for n in model.graph if n.op_type in quantizers.QUANTIZED_OPS),
                 "fp32_weight_nodes": fp32,
                 "op_counts": stage.op_counts(model),
@@ -177,7 +215,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                     "model": split_record.get(prepared.fp32_file.name, {}),
                     "outlier_stress_model": split_record.get(prepared.stressed.path.name) if prepared.stressed else None,
                 } if outlier_ratio else None,
+                "mixed_precision": mixed,
                 "outlier_stress": stress,
+                "outlier_stress_worst_case": worst_case,
                 "files": files,
                 "input_files": input_files,
                 "size_ratio": sum(files.values()) / sum(input_files.values()),
@@ -189,7 +229,8 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         if not KEEP_PREPARED:
             prepared.folder.cleanup()
     stress_line = (f"; outlier stress: min per-token cosine {stress['validation']['min_token_cosine']:.5f} "
-                   f"({len(stress_skip)} MatMul(s) kept fp32 for it)" if stress else "")
+                   f"({len(stress_skip)} MatMul(s) kept fp32 for it), worst case "
+                   f"{worst_case['validation']['min_token_cosine']:.5f}" if stress else "")
     say(f"wrote {out}/model.onnx: {report['quantized_nodes']} quantized MatMul(s), {len(fp32)} weight node(s) fp32, "
         f"{sum(files.values()) / 2**20:.1f} MiB ({100 * report['size_ratio']:.1f}% of fp32); vs fp32: min per-token "
         f"cosine {worst['min_token_cosine']:.5f}, max abs diff {worst['max_abs']:.3g}{stress_line}")

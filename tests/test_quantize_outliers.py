@@ -10,7 +10,7 @@ from core import onnx_io
 from core.session import open_session
 from families import QWEN3_VL
 from quantize import __main__ as cli
-from quantize import outlier_check, outliers, quantizers, stage
+from quantize import outlier_channels, outlier_check, outliers, quantizers, stage
 from tests import test_quantize_support as support
 
 
@@ -92,3 +92,24 @@ def test_embedding_only_copy_scales_the_patch_embedding_and_biases_alone(optimiz
         assert peak[record["channels"]].min() >= 10 * np.median(np.delete(peak, record["channels"]))
     with pytest.raises(ValueError, match="writers"):
         outliers.stress(onnx_io.load(optimized, in_memory=True), writers="some")
+
+
+def first_block_stream(model: ir.Model) -> ir.Value:
+    """The residual stream the first block's LayerNorm reads: LayerNormalization input 0, or what a
+    SkipLayerNormalization sums (its output 3)."""
+    norm = next(n for n in model.graph if n.op_type in ("LayerNormalization", "SkipLayerNormalization"))
+    return norm.inputs[0] if norm.op_type == "LayerNormalization" else norm.outputs[3]
+
+
+def test_the_gate_copy_has_outlier_channels_in_the_first_blocks_layernorm_input(optimized, tmp_path):
+    """The stage's gate (outliers written once, as in trained ViTs): max |x| of the outlier channels at the first
+    block's LayerNorm input is >= 20x the median channel's, at a real layout."""
+    stressed = tmp_path / "stressed.onnx"
+    record = outlier_check.make_stressed(optimized, stressed)
+    assert outlier_check.GATE_WRITERS == "embedding" and [w["op"] for w in record["writers"]] == ["Conv"]
+    stream = first_block_stream(onnx_io.load(stressed)).name
+    feed = QWEN3_VL.layout_inputs({"grid_thw": [[1, 16, 16], [2, 8, 12]]}, {}, np.random.default_rng(0))
+    value = outlier_channels.tap(stressed, [stream], [feed], 1)[stream][0]
+    peak = np.abs(value).max(axis=0)
+    ratio = peak[record["channels"]] / np.median(np.delete(peak, record["channels"]))
+    assert ratio.min() >= 20, ratio
