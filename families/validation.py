@@ -40,3 +40,20 @@ def layouts_for(model_file: Path, metadata: Metadata, family: Family) -> list[di
 def layout_inputs(family: Family, layouts: list[dict], metadata: Metadata) -> list[dict[str, np.ndarray]]:
     """Deterministic random inputs for every layout (seed SEED + index)."""
     return [family.layout_inputs(lay, metadata, np.random.default_rng(SEED + i)) for i, lay in enumerate(layouts)]
+
+
+#: Case names of the layouts where a traced graph lies (same token count, another shape; padding).
+HIDDEN_WORDS = ("same", "padded")
+
+
+def quick_indices(layouts: list[dict], inputs: list[dict[str, np.ndarray]]) -> list[int]:
+    """A few layouts that still catch what a graph rewrite breaks: the first layout, the first of each
+    HIDDEN_WORDS kind, the export example when present, and the largest (most input elements).
+
+    For the checks after each pass of a stage; the stage's saved model is then checked at every layout."""
+    picked = [0]
+    for word in HIDDEN_WORDS:
+        picked += [next((i for i, lay in enumerate(layouts) if lay["case"].startswith(word)), 0)]
+    picked += [i for i, lay in enumerate(layouts) if lay["case"].startswith("export example")][:1]
+    picked.append(max(range(len(inputs)), key=lambda i: sum(a.size for a in inputs[i].values())))
+    return sorted(set(picked))
