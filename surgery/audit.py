@@ -1,6 +1,6 @@
 """audit: prove that no grid-specific constant remains (the check after debake).
 
-Uses the same rules as `surgery.debake.find`; any finding, fixable or not, fails the audit.
+Uses the same rules as debake (`surgery.grid_scan.find`); any finding, fixable or not, fails the audit.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from surgery.grid import Grid
-from surgery.grid_constants import collisions, find
+from surgery.grid_scan import collisions, find
 
 
 def audit(model: ir.Model, grid: Grid) -> dict:

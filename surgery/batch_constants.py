@@ -32,8 +32,8 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from core.errors import CheckFailed
 from surgery.debake import computed_shape
+from surgery.findings import Entry, Finding, const_ints, node_name
 from surgery.grid import Emitter, Mono
-from surgery.grid_constants import Entry, Finding, const_ints, node_name
 from surgery.probe import neutral
 from surgery.run import random_array, try_run
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from surgery.batch_layout import Layout
-from surgery.grid_constants import node_name
+from surgery.findings import node_name
 
 #: Ops the walk from an output back to the Transpose passes through: reshapes and element-wise
 #: ops of one tensor (SCRFD's score heads end in a Sigmoid), which do not care where the batch is.

@@ -1,6 +1,6 @@
 """debake: rewrite grid-baked shape constants as subgraphs of grid_thw / Shape(pixel_values).
 
-`surgery.grid_constants.find` says which entries of which shape inputs come from the export grid
+`surgery.grid_scan.find` says which entries of which shape inputs come from the export grid
 and what they are at run time; `debake` builds each as Gather/Mul/Div/Concat nodes of the inputs
 (`surgery.grid.Emitter`) and wires them in place of the constant. `verify` runs the result: at the
 export grid it must match the original, at another grid its output sizes must follow the grid.
@@ -17,8 +17,10 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from core.errors import UsageError
 from core.progress import step
+from surgery.findings import Finding, node_name
 from surgery.grid import Emitter, Grid, grid_feeds
-from surgery.grid_constants import Finding, architecture_values, collisions, expected_dims, find, node_name
+from surgery.grid_classify import expected_dims
+from surgery.grid_scan import architecture_values, collisions, find
 from surgery.run import (
     ORT_ERRORS,
     compare_outputs,

@@ -27,7 +27,7 @@ from core.progress import step
 from surgery import dataflow
 from surgery.batch_constants import debatch
 from surgery.grid import Grid
-from surgery.grid_constants import find
+from surgery.grid_scan import find
 from surgery.probe import (
     GENERATED_SYMBOL,
     conflicts,

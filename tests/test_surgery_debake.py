@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from surgery import examples as ex
 from surgery.debake import debake
 from surgery.grid import Grid, Mono, grid_from_metadata
-from surgery.grid_constants import find
+from surgery.grid_scan import find
 from surgery.run import run, try_run
 
 GRID_11x15 = Grid(((1, 22, 30),))
