@@ -11,7 +11,7 @@ writes into the residual stream gets its output channels `channels` multiplied b
 are found from the graph: the contributions summed by each SkipLayerNormalization (inputs 0 and 1, and
 its bias) or by an Add whose output a LayerNormalization reads, traced back through bias Adds and
 Reshapes to a MatMul (columns scaled), Gemm (transB: rows) or Conv (output channels) with constant
-weights. Since the stream is the sum of its writers, channel c of the stream becomes factors[c] times
+weights; a Transpose that moves the channel axis last is followed to a Conv only (SigLIP's patch embedding). Since the stream is the sum of its writers, channel c of the stream becomes factors[c] times
 what it was, at every layer (the position-embedding table, read through an interpolation, is left as
 it is: its part of channel c keeps its scale, which changes nothing about the outlier). The edited
 model is a different model; it is compared only with its own fp32 self.
@@ -84,6 +84,11 @@ def _writer(value: ir.Value, sums: set[int], hidden: int) -> list[tuple[ir.Node,
         return []
     if node.op_type in PASS_THROUGH:
         return _writer(node.inputs[0], sums, hidden)
+    if node.op_type == "Transpose":  # [B, C, L] -> [B, L, C] after a Conv (SigLIP's patch embedding)
+        perm = node.attributes.get("perm")
+        if perm is not None and list(perm.as_ints())[-1] == 1:
+            return [(n, kind) for n, kind in _writer(node.inputs[0], sums, hidden) if kind == "Conv"]
+        return []
     if node.op_type == "Add":
         const = [v for v in node.inputs if v.const_value is not None]
         other = [v for v in node.inputs if v.const_value is None]

@@ -10,7 +10,7 @@ import onnx_ir as ir
 import pytest
 
 from bench import int8_cpus
-from core import cpu
+from core import cpu, machine
 from core import session as core_session
 from core.session import open_session
 from families import QWEN3_VL, validation
@@ -112,7 +112,8 @@ def test_a_full_range_model_warns_once_on_a_cpu_that_saturates(dynamic, full_ran
                     reason="needs qemu-x86_64 (Debian's qemu-user; .ci/run installs it) to run as a CPU without VNNI")
 def test_the_default_computes_the_same_on_a_cpu_without_vnni(dynamic, full_range, optimized, tmp_path):
     """The default INT8 (7-bit weights) gives this CPU's outputs under `qemu-x86_64 -cpu Haswell` (AVX2, no
-    VNNI: ORT's saturating u8 x s8 kernel); 8-bit weights do not (what the default avoids)."""
+    VNNI: ORT's saturating u8 x s8 kernel); 8-bit weights do not on a CPU with VNNI (what the default avoids),
+    and on a CPU without it they make the same saturation error natively."""
     layouts = validation.from_report(optimized / "model.onnx", QWEN3_VL)
     inputs = validation.layout_inputs(QWEN3_VL, [layouts[0]], {"patch_dim": "1536"})
     feeds = tmp_path / "feeds.npz"
@@ -124,7 +125,10 @@ def test_the_default_computes_the_same_on_a_cpu_without_vnni(dynamic, full_range
         int8_cpus.run_model(folder / "model.onnx", feeds, emulated, int8_cpus.EMULATED_CPU)
         agreement[label] = int8_cpus.worst_cosine(emulated, native)
     assert agreement["default"] > 0.999999, agreement
-    assert agreement["full"] < 0.9999, agreement
+    if machine.machine()["vnni"]:  # natively exact, so the saturating emulation differs from it
+        assert agreement["full"] < 0.9999, agreement
+    else:  # this CPU saturates as Haswell does: both runs make the same 8-bit error
+        assert agreement["full"] > 0.999999, agreement
 
 
 def test_outlier_stress_section(dynamic):
