@@ -24,6 +24,7 @@ from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from quantize import outlier_channels, outlier_check, quantizers, stage
+from quantize.passes import unfuse_attention
 
 
 def excluded(nodes: list[tuple[str, str]], patterns: list[str]) -> list[str]:
@@ -85,6 +86,12 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
             source = stage.read_input(path, threads)
         _keep_cases(source)
         stage.name_nodes(source.model)
+        # a fused com.microsoft Attention hides its q/k/v weights from the quantizers: give them back as MatMuls
+        refused: dict[str, str] = {}
+        unfused = unfuse_attention.apply(source.model, refused)
+        if unfused or refused:
+            say(f"unfused {unfused} Attention node(s) into MatMul q/k/v + MultiHeadAttention (for the quantizers)"
+                + "".join(f"; {name} left fused: {reason}" for name, reason in refused.items()))
         nodes = [(n.name, w) for n, w in quantizers.quantizable(source.model)]
         if not nodes:
             raise no_matmul_error(source.model)
