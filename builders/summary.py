@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from core.errors import Parser
+
 NOT_LAYOUT = ("case", "outputs", "ok", "error")
 
 
@@ -32,11 +34,11 @@ def table(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    paths = argv if argv is not None else sys.argv[1:]
-    if not paths:
-        print("usage: python -m builders.summary REPORT.json [...]", file=sys.stderr)
-        return 2
-    for path in paths:
+    parser = Parser(prog="python -m builders.summary",
+                    description="Markdown table of the validation cases of export report(s).")
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="an export stage's report.json")
+    args = parser.parse_args(argv)
+    for path in args.reports:
         print(table(json.loads(Path(path).read_text())))
     return 0
 

@@ -481,12 +481,15 @@ def write_real(folder: str | Path, fixtures: str | Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if len(args) == 3 and args[1] == "--real":
-        written = write_real(args[0], args[2])
-    elif len(args) == 1:
-        written = write_all(args[0])
-    else:
-        sys.exit("usage: python -m surgery.examples DIR [--real FIXTURES]   (FIXTURES: ../shared/fixtures/real)")
+    from core.errors import Parser
+
+    parser = Parser(prog="python -m surgery.examples",
+                    description="Write the demo models that show each problem `python -m surgery` fixes into DIR.")
+    parser.add_argument("folder", metavar="DIR")
+    parser.add_argument("--real", metavar="FIXTURES",
+                        help="instead: the real-detector example (scrfd_500m_naive.onnx) from the folder holding "
+                             "the real detectors (../shared/fixtures/real)")
+    args = parser.parse_args()
+    written = write_real(args.folder, args.real) if args.real else write_all(args.folder)
     for path in written:
         print(path)

@@ -28,14 +28,6 @@ README = ROOT / "README.md"
 README_MAX_BYTES = 12_000
 DOC_PAGES = ("export", "surgery", "quantization", "packages", "benchmarks", "errors", "architecture")
 DOCS = [README] + sorted((ROOT / "docs").glob("*.md"))
-#: Real command-line modules quoted in the docs that do not take --help yet: they read sys.argv themselves, so a
-#: --help would be taken as a path (and written to) or run the benchmark. They are not run; their test is an
-#: expected failure until the module's source uses argparse, and then fails to say: drop it from here.
-NO_HELP_YET = {
-    ("builders.summary", None): "reads REPORT.json paths from sys.argv",
-    ("surgery.examples", None): "reads DIR from sys.argv (writes the demo models into './--help')",
-    ("bench.gemm_peak", None): "takes no arguments and runs the benchmark",
-}
 HELP_TIMEOUT_S = 120
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -126,9 +118,9 @@ COMMANDS = commands()
 
 @pytest.fixture(scope="module")
 def help_runs() -> dict[tuple[str, str | None], subprocess.CompletedProcess]:
-    """`python -m MODULE [SUB] --help` for every quoted command but NO_HELP_YET, from the repository root, run
+    """`python -m MODULE [SUB] --help` for every quoted command, from the repository root, run
     concurrently (each a fresh interpreter: most of the time is imports)."""
-    pairs = [p for p in COMMANDS if p not in NO_HELP_YET]
+    pairs = list(COMMANDS)
 
     def run(pair):
         module, sub = pair
@@ -144,11 +136,6 @@ def help_runs() -> dict[tuple[str, str | None], subprocess.CompletedProcess]:
 
 @pytest.mark.parametrize("pair", COMMANDS, ids=lambda p: " ".join(x for x in p if x))
 def test_quoted_command_accepts_help(pair, help_runs):
-    if pair in NO_HELP_YET:
-        source = ROOT / (pair[0].replace(".", "/") + ".py")
-        if "argparse" in source.read_text() or "Parser(" in source.read_text():
-            pytest.fail(f"{source.relative_to(ROOT)} parses arguments now: drop it from NO_HELP_YET so its --help runs")
-        pytest.xfail(f"python -m {pair[0]} takes no --help yet: {NO_HELP_YET[pair]}")
     done = help_runs[pair]
     command = " ".join(["python -m", *(x for x in pair if x), "--help"])
     assert done.returncode == 0, f"`{command}` exits {done.returncode}: {done.stderr.strip()[-500:]}"
