@@ -78,14 +78,18 @@ def add_int8_options(sub: argparse.ArgumentParser) -> None:
     """int8's options; those of the other method default to None so that giving them is an error."""
     sub.add_argument("--method", default="dynamic", choices=int8.METHODS,
                      help="dynamic: quantize_dynamic, MatMulInteger with per-tensor uint8 activations (default); "
-                          "nbits: MatMulNBits bits=8")
+                          "static: quantize_static (QDQ), activation scales calibrated on photos through the "
+                          "family's processor; nbits: MatMulNBits bits=8")
+    sub.add_argument("--smooth", action="store_true",
+                     help="dynamic/static: SmoothQuant-style smoothing first (LayerNorm scale moved into the next "
+                          "MatMuls' weights, from the calibration photos)")
     sub.add_argument("--per-tensor", dest="per_channel", action="store_false", default=None,
-                     help="dynamic: one weight scale per tensor instead of per output column")
+                     help="dynamic/static: one weight scale per tensor instead of per output column")
     rng = sub.add_mutually_exclusive_group()
     rng.add_argument("--reduce-range", dest="reduce_range", action="store_true", default=None,
-                     help="dynamic: weights in 7 bits, exact on every x86 CPU (default)")
+                     help="dynamic/static: weights in 7 bits, exact on every x86 CPU (default)")
     rng.add_argument("--full-range", dest="reduce_range", action="store_false",
-                     help="dynamic: weights in 8 bits: more accurate on CPUs with VNNI/AMX (and ARM), but the "
+                     help="dynamic/static: weights in 8 bits: more accurate on CPUs with VNNI/AMX (and ARM), but the "
                           "int8 kernel of x86 CPUs without VNNI saturates")
     sub.add_argument("--block-size", type=int, default=None, choices=quantizers.BLOCK_SIZES,
                      help="nbits: weights per quantization block along K (default 32)")
@@ -104,7 +108,9 @@ def check_int8_options(args: argparse.Namespace) -> None:
     """Refuse options of the other method; fill in the defaults of the chosen one."""
     other = {"dynamic": {"--block-size": args.block_size, "--symmetric/--asymmetric": args.symmetric,
                          "--accuracy-level": args.accuracy_level},
-             "nbits": {"--per-tensor": args.per_channel, "--reduce-range/--full-range": args.reduce_range}}[args.method]
+             "nbits": {"--per-tensor": args.per_channel, "--reduce-range/--full-range": args.reduce_range}}
+    other["static"] = other["dynamic"]
+    other = other[args.method]
     given = [name for name, value in other.items() if value is not None]
     if given:
         raise UsageError(f"{', '.join(given)} do(es) not apply to --method {args.method}")
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "int8":
             int8.run(args.input, args.out, args.method, args.per_channel, args.block_size, args.symmetric,
                      args.accuracy_level, args.exclude, args.outliers, args.stress_target, args.threads, args.force,
-                     args.outlier_ratio, args.reduce_range, args.min_cosine, args.worst_case_budget)
+                     args.outlier_ratio, args.reduce_range, args.min_cosine, args.worst_case_budget, args.smooth)
         else:
             int4.run(args.input, args.out, args.block_size, args.symmetric, args.accuracy_level,
                      args.exclude, args.threads, force=args.force, outliers=args.outliers,

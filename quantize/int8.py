@@ -5,11 +5,16 @@
   activation tensor x [N, K] quantized at run time to uint8 with one scale for the whole tensor. Weights
   in 7 bits by default (`reduce_range`; `--full-range` for 8): on x86 CPUs without VNNI the kernel's
   16-bit pair sums saturate with 8-bit weights (`core.cpu`).
+- `static`: ONNX Runtime `quantize_static` (QDQ): the same weights as `dynamic`, each activation's uint8 scale
+  fixed from calibration runs on real photographs through the family's processor (`quantize.calibration`,
+  STAGE_PHOTOS at STAGE_SIZES, plus a pan video where the family takes video).
 - `nbits`: com.microsoft.MatMulNBits with bits=8: W int8 in blocks of `block_size` along K; with
   accuracy level 4 the kernel quantizes x to int8 per block of K (one scale per token and block), so
   an outlier channel only costs its own block its resolution.
 The report (quantize.weight_stage) has the per-output, per-layout accuracy against fp32, sizes, the
 nodes left fp32 and the outlier-stress check, whose failing MatMuls stay fp32 (`--outliers exclude`).
+`--smooth` (dynamic, static): SmoothQuant-style smoothing before quantizing, on the same calibration set
+(`quantize.passes.smooth_activations`).
 """
 
 from __future__ import annotations
@@ -18,20 +23,31 @@ from functools import partial
 from pathlib import Path
 
 from core.errors import UsageError
-from quantize import outlier_channels, outlier_check, quantizers, weight_stage
+from core.progress import step
+from quantize import calibration, outlier_channels, outlier_check, quantizers, weight_stage
 
-METHODS = ("dynamic", "nbits")
+METHODS = ("dynamic", "static", "nbits")
+#: The stage's calibration set: these photos (of `quantize.calibration.PHOTOS`) at these sizes, plus the pan
+#: video where the family takes video. Small on purpose: quantize_static holds every item's MatMul inputs
+#: (about 0.5 GB per 448x448 image at 2B dims) until it computes the ranges.
+STAGE_PHOTOS = calibration.PHOTOS[:4]
+STAGE_SIZES = ((256, 256), (448, 448))
 #: dynamic's default weight range: 7 bits, exact on every x86 CPU (see `core.cpu`: with 8 bits, CPUs without
 #: VNNI saturate). `--full-range` trades that for accuracy on CPUs with VNNI / AMX / ARM.
 REDUCE_RANGE = True
 
 
 def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symmetric: bool = True,
-              accuracy_level: int = 4, reduce_range: bool = REDUCE_RANGE) -> tuple[outlier_check.Quantizer, dict]:
-    """(file -> file quantizer, the options that matter for `method`) after checking them."""
-    if method == "dynamic":
-        return (partial(quantizers.dynamic, per_channel=per_channel, reduce_range=reduce_range),
-                {"method": method, "per_channel": per_channel, "reduce_range": reduce_range})
+              accuracy_level: int = 4, reduce_range: bool = REDUCE_RANGE,
+              feeds: list[dict] | None = None) -> tuple[outlier_check.Quantizer, dict]:
+    """(file -> file quantizer, the options that matter for `method`) after checking them; `feeds`: the
+    calibration set (static)."""
+    if method in ("dynamic", "static"):
+        settings = {"method": method, "per_channel": per_channel, "reduce_range": reduce_range}
+        if method == "dynamic":
+            return partial(quantizers.dynamic, per_channel=per_channel, reduce_range=reduce_range), settings
+        return (partial(quantizers.static, per_channel=per_channel, reduce_range=reduce_range,
+                        reader=partial(calibration.reader, feeds)), settings)
     if method != "nbits":
         raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
     fn, settings = quantizers.nbits(8, block_size, symmetric, accuracy_level)
@@ -43,8 +59,20 @@ def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel:
         outliers: str = "exclude", target: float = outlier_check.DEFAULT_TARGET, threads: int = 0,
         force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO,
         reduce_range: bool = REDUCE_RANGE, min_cosine: float = 0.0,
-        worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET) -> dict:
+        worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET, smooth: bool = False) -> dict:
     """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
-    fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range)
+    if smooth and method == "nbits":
+        raise UsageError("--smooth applies to --method dynamic or static (it moves activation range into the "
+                         "weights, which weight-only nbits does not need)")
+    quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range)  # bad options: first
+    calibrated = None
+    if method == "static" or smooth:
+        with step("calibration set: photos through the family's processor"):
+            feeds = calibration.for_model(path, photos=STAGE_PHOTOS, sizes=STAGE_SIZES)
+        calibrated = (feeds, {"photos": list(STAGE_PHOTOS), "sizes": [list(s) for s in STAGE_SIZES],
+                              "items": len(feeds), "how": "quantize/calibration.py"})
+    fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range,
+                           calibrated[0] if calibrated else None)
+    config = {**config, "smooth": smooth} if method != "nbits" else config
     return weight_stage.run("int8", path, out, config, fn, exclude or [], threads, outliers, target, force,
-                            outlier_ratio, min_cosine, worst_case_budget)
+                            outlier_ratio, min_cosine, worst_case_budget, calibration=calibrated, smooth=smooth)

@@ -8,6 +8,8 @@ named in `skip` fp32.
 - `dynamic`: ONNX Runtime's `quantize_dynamic` (MatMul only): W int8 per output column (per_channel)
   or per tensor; at run time DynamicQuantizeLinear quantizes each activation tensor to uint8 with ONE
   scale and zero point, MatMulInteger multiplies, ORT fuses the chain into DynamicQuantizeMatMul.
+- `static`: ONNX Runtime's `quantize_static` (QDQ, MatMul only): the same int8 weights, but each activation's
+  uint8 scale and zero point are fixed from calibration runs (min/max over `quantize.calibration`'s photos).
 Files, not in-memory protos, so the 8B tower (2.3 GB, past protobuf's 2 GiB) goes through as well.
 """
 
@@ -21,7 +23,13 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
-from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.quantization import (
+    CalibrationMethod,
+    QuantFormat,
+    QuantType,
+    quantize_dynamic,
+    quantize_static,
+)
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from core import cpu, onnx_io
@@ -30,6 +38,13 @@ from core.errors import UsageError
 WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
 #: The op each quantizer leaves in place of a quantized MatMul (what the reports count).
 QUANTIZED_OPS = ("MatMulNBits", "MatMulInteger", "DynamicQuantizeMatMul")
+
+
+def quantized_count(model: ir.Model) -> int:
+    """Quantized MatMuls in `model`: the ops of QUANTIZED_OPS, and (QDQ) MatMuls whose weight is dequantized."""
+    return sum(1 for n in model.graph if n.op_type in QUANTIZED_OPS or (
+        n.op_type == "MatMul" and len(n.inputs) > 1 and n.inputs[1] is not None
+        and n.inputs[1].producer() is not None and n.inputs[1].producer().op_type == "DequantizeLinear"))
 
 
 def weight_nodes(model: ir.Model) -> list[tuple[ir.Node, str]]:
@@ -111,6 +126,17 @@ def _quiet():
         logging.disable(before)
 
 
+def _save_int8(out: Path, dst: Path, reduce_range: bool) -> None:
+    """ORT's quantized `out` -> `dst` with our producer name (ORT writes its own) and, for 8-bit weights, the
+    metadata with which open_session warns where this model's int8 kernel would saturate."""
+    proto = onnx.load(str(out))
+    proto.producer_name = "vlm-vision-onnx.quantize"
+    if not reduce_range:
+        onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props},
+                                            cpu.METADATA_KEY: cpu.NEEDS_EXACT_INT8})
+    onnx_io.save_proto(proto, dst)
+
+
 def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool, reduce_range: bool) -> None:
     """`src` -> `dst` through `quantize_dynamic` (MatMul only, int8 weights), nodes in `skip` left fp32.
 
@@ -123,9 +149,29 @@ def dynamic(src: Path, dst: Path, skip: list[str], per_channel: bool, reduce_ran
                          use_external_data_format=onnx_io.has_external_data(src),
                          # float32 where shape inference cannot tell (outputs of com.microsoft ops: BiasGelu, ...)
                          extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT})
-        proto = onnx.load(str(out))
-        proto.producer_name = "vlm-vision-onnx.quantize"  # quantize_dynamic writes its own
-        if not reduce_range:  # open_session warns where this model's int8 kernel would saturate
-            onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props},
-                                                cpu.METADATA_KEY: cpu.NEEDS_EXACT_INT8})
-        onnx_io.save_proto(proto, dst)
+        _save_int8(out, dst, reduce_range)
+
+
+def static(src: Path, dst: Path, skip: list[str], per_channel: bool, reduce_range: bool, reader) -> None:
+    """`src` -> `dst` through `quantize_static` (QDQ, MatMul only, int8 weights, uint8 activations whose scales
+    come from min/max over `reader()`, a fresh `CalibrationDataReader` of the model's inputs), nodes in `skip`
+    left fp32. A model whose inputs the reader does not feed (the outlier check's one-MatMul models) has no
+    calibration: it goes through `dynamic` with the same weights (documented approximation for a ranking)."""
+    calibration = reader()
+    first = calibration.get_next()
+    calibration.rewind()
+    graph = onnx.load(str(src), load_external_data=False).graph
+    inputs = {v.name for v in graph.input} - {t.name for t in graph.initializer}
+    if first is None or set(first) != inputs:
+        return dynamic(src, dst, skip, per_channel, reduce_range)
+    with tempfile.TemporaryDirectory(prefix="int8-static-", dir=dst.parent) as tmp, _quiet():
+        out = Path(tmp) / "model.onnx"
+        quantize_static(src, out, calibration, quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
+                        per_channel=per_channel, reduce_range=reduce_range, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, nodes_to_exclude=list(skip),
+                        calibrate_method=CalibrationMethod.MinMax,
+                        use_external_data_format=onnx_io.has_external_data(src),
+                        # every item's MatMul inputs are held until the end (ORT 1.31's CalibMaxIntermediateOutputs
+                        # drops them instead of folding them): the int8 stage keeps its calibration set small
+                        extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT})
+        _save_int8(out, dst, reduce_range)

@@ -24,7 +24,7 @@ from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from quantize import outlier_channels, outlier_check, quantizers, stage
-from quantize.passes import unfuse_attention
+from quantize.passes import smooth_activations, unfuse_attention
 
 
 def excluded(nodes: list[tuple[str, str]], patterns: list[str]) -> list[str]:
@@ -125,7 +125,8 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         exclude: list[str], threads: int, outliers: str, target: float = outlier_check.DEFAULT_TARGET,
         force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO, min_cosine: float = 0.0,
         worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET,
-        promote: tuple[int, outlier_check.Quantizer, dict] | None = None) -> dict:
+        promote: tuple[int, outlier_check.Quantizer, dict] | None = None,
+        calibration: tuple[list[dict], dict] | None = None, smooth: bool = False) -> dict:
     """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
 
     `config` (the stage's options) goes into the report as is. `outliers`: "exclude", "report" or "off".
@@ -135,7 +136,10 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     must reach it, else UsageError (exit 2) and nothing written. `worst_case_budget`: seconds for the
     worst-case outlier-stress figure (`outlier_check.worst_case`). `promote` = (N, quantizer, its settings):
     mixed precision, the N MatMuls most sensitive to `quantize` (each alone, on the input's own weights at the
-    first probe layout, `outlier_check.sensitivity`) go through that quantizer instead.
+    first probe layout, `outlier_check.sensitivity`) go through that quantizer instead. `calibration` = (feeds,
+    what they are): the calibration set (`quantize.calibration`) a static quantizer already holds, said in the
+    report; with `smooth`, every model is SmoothQuant-smoothed on its own maxima at those feeds before anything
+    else (`quantize.passes.smooth_activations.smoothing`, outermost: the outlier split sees smoothed inputs).
     """
     if outliers not in outlier_check.MODES:
         raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
@@ -174,6 +178,11 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         if outlier_ratio:
             quantize = outlier_channels.keeping_outliers_fp32(quantize, [source.inputs[i] for i in probe], threads,
                                                               outlier_ratio, split_record)
+        smoothing: dict = {}
+        if smooth:
+            if calibration is None:
+                raise UsageError("smoothing needs the calibration set (internal: no feeds given)")
+            quantize = smooth_activations.smoothing(quantize, calibration[0], threads, smoothing)
         stress = None
         if outliers != "off":
             stress = outlier_check.run(prepared.stressed, quantize, skip, source.layouts, source.inputs, outliers,
@@ -208,7 +217,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             report = {
                 **stage.report_header(stage_name, source),
                 "config": {**config, "exclude": exclude, "outliers": outliers, "min_cosine": min_cosine},
-                "quantized_nodes": sum(1 for n in model.graph if n.op_type in quantizers.QUANTIZED_OPS),
+                "quantized_nodes": quantizers.quantized_count(model),
                 "fp32_weight_nodes": fp32,
                 "op_counts": stage.op_counts(model),
                 "validation": {"reference": "fp32 input model in ONNX Runtime", "machine": cpu.facts(), **worst,
@@ -223,6 +232,10 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                     "outlier_stress_model": split_record.get(prepared.stressed.path.name) if prepared.stressed else None,
                 } if outlier_ratio else None,
                 "mixed_precision": mixed,
+                "calibration": calibration[1] if calibration else None,
+                "smoothing": {"model": smoothing.get(prepared.fp32_file.name),
+                              "outlier_stress_model": smoothing.get(prepared.stressed.path.name)
+                              if prepared.stressed else None} if smooth else None,
                 "outlier_stress": stress,
                 "outlier_stress_worst_case": worst_case,
                 "files": files,

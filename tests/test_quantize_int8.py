@@ -232,3 +232,27 @@ def test_bad_options_are_one_line_and_exit_2(optimized, tmp_path, capsys, args, 
     assert cli.main(["int8", str(optimized), str(out), *args]) == 2
     assert words in single_error(capsys.readouterr().err)
     assert not out.exists()
+
+
+def test_static_is_calibrated_on_photos_and_smoothing_keeps_it_close(optimized, tmp_path):
+    """--method static --smooth: QDQ MatMuls whose activation scales come from the calibration photos (said in the
+    report), every quantizable MatMul quantized, SmoothQuant applied to the LayerNorms before the split."""
+    report = build(optimized, tmp_path / "static", "--method", "static", "--smooth", "--outliers", "report",
+                   "--worst-case-budget", "0")
+    model = ir.load(str(tmp_path / "static" / "model.onnx"))
+    assert report["config"]["method"] == "static" and report["config"]["smooth"] is True
+    assert report["quantized_nodes"] == LINEAR_LAYERS == sum(
+        1 for n in model.graph if n.op_type == "MatMul" and n.inputs[1].producer() is not None
+        and n.inputs[1].producer().op_type == "DequantizeLinear")
+    assert len(support.ops(model, "QuantizeLinear")) >= 1 and not support.ops(model, "DynamicQuantizeLinear")
+    calibration = report["calibration"]
+    assert calibration["items"] == len(calibration["photos"]) * len(calibration["sizes"]) + 1  # + the pan video
+    assert report["smoothing"]["model"]["smoothed"] >= 1
+    # calibrated on photos, checked on the validation layouts' random pixels: close, not as close as dynamic
+    assert report["validation"]["min_token_cosine"] >= 0.99
+
+
+def test_smooth_is_refused_for_nbits(optimized, tmp_path, capsys):
+    assert cli.main(["int8", str(optimized), str(tmp_path / "x"), "--method", "nbits", "--smooth"]) == 2
+    assert single_error(capsys.readouterr().err).startswith("error: --smooth applies to --method dynamic or static")
+    assert not (tmp_path / "x").exists()

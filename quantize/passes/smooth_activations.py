@@ -24,13 +24,16 @@ model with their outputs as extra graph outputs over calibration feeds (`quantiz
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from core import onnx_io
 from core.errors import UsageError
 from core.session import open_session
 from quantize.passes import _rules
@@ -246,3 +249,26 @@ def smooth(model: ir.Model, feeds: Iterable[dict[str, np.ndarray]], alpha: float
            clamp: tuple[float, float] = CLAMP, threads: int | None = 1) -> dict:
     """`activation_maxima` over `feeds`, then `apply`: the model smoothed in place, and the report."""
     return apply(model, activation_maxima(model, feeds, threads), alpha, clamp)
+
+
+def smoothing(quantize, feeds: list[dict[str, np.ndarray]], threads: int | None, record: dict):
+    """`quantize` (file -> file, skip) with each input model smoothed first, on its own activation maxima at
+    `feeds`. The smoothed model (same node names, so `skip` still holds) goes to a temporary folder beside
+    the output. A model whose inputs are not those of `feeds` (the outlier check's one-MatMul models) is
+    quantized as it is. `record[src file name]` gets the report without its per-LayerNorm details."""
+    names = set(feeds[0]) if feeds else set()
+
+    def run(src: Path, dst: Path, skip: list[str]) -> None:
+        model = onnx_io.load(src)
+        if {v.name for v in model.graph.inputs} != names:
+            del model
+            return quantize(src, dst, skip)
+        report = smooth(model, feeds, threads=threads)
+        record[Path(src).name] = {k: v for k, v in report.items() if k not in ("nodes", "skips")}
+        with tempfile.TemporaryDirectory(prefix="smoothed-", dir=Path(dst).parent) as tmp:
+            smoothed = Path(tmp) / "model.onnx"
+            onnx_io.save(model, smoothed)
+            del model
+            quantize(smoothed, dst, skip)
+
+    return run
