@@ -35,19 +35,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
-INT4_MIXED = (24, 48, 72)
+INT4_MIXED = (24, 48)
 POINTS = [
     ("int8 dynamic 7-bit", "int8", ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]),
-    ("int8 dynamic 7-bit, no split", "int8",
-     ["--method", "dynamic", "--reduce-range", "--outliers", "exclude", "--outlier-ratio", "0"]),
-    ("int8 dynamic 8-bit", "int8", ["--method", "dynamic", "--full-range", "--outliers", "exclude"]),
+    ("int8 dynamic 7-bit, smoothed", "int8",
+     ["--method", "dynamic", "--reduce-range", "--smooth", "--outliers", "exclude"]),
+    ("int8 static 7-bit", "int8", ["--method", "static", "--reduce-range", "--outliers", "exclude"]),
     ("int8 nbits b32 sym a4", "int8", ["--method", "nbits", "--block-size", "32", "--symmetric",
                                        "--accuracy-level", "4", "--outliers", "exclude"]),
-] + [
-    (f"int4 b{block} {'sym' if sym else 'asym'} a4", "int4",
-     ["--block-size", str(block), "--symmetric" if sym else "--asymmetric", "--accuracy-level", "4",
-      "--outliers", "report"])
-    for block in (32, 128) for sym in (True, False)
+    ("int4 b32 sym a4", "int4", ["--block-size", "32", "--symmetric", "--accuracy-level", "4", "--outliers", "report"]),
+    ("int4 b128 asym a4", "int4",
+     ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report"]),
 ] + [
     (f"int4 b128 asym a4, {n} MatMuls 8-bit", "int4",
      ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report", "--int8-matmuls", str(n)])
