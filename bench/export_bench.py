@@ -26,14 +26,15 @@ import sys
 import time
 from pathlib import Path
 
+from bench import shipped
 from core.machine import describe, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The memory target of every stage: peak RSS at most this many times the fp32 model's size.
 TARGET_RATIO = 4.0
-#: Same defaults as the Makefile's INT8_FLAGS / INT4_FLAGS.
-INT8_FLAGS = "--method nbits --block-size 32 --symmetric --accuracy-level 4 --outliers exclude"
-INT4_FLAGS = "--block-size 128 --asymmetric --accuracy-level 4"
+#: The defaults are the Makefile's INT8_FLAGS / INT4_FLAGS (their one home), read by `bench.shipped`.
+SHIPPED = shipped.makefile_flags(shipped.ROOT / "Makefile")
+INT8_FLAGS, INT4_FLAGS = shlex.join(SHIPPED["int8"]), shlex.join(SHIPPED["int4"])
 STAGES = ("export-torchscript", "export-dynamo", "surgery", "optimize", "int8", "int4")
 DEFAULT_NAMES = ("qwen3-vl", "qwen3-vl-2b")  # written as export.json / export.md; other models as export-NAME.*
 MARKER = ".export-bench"  # marks a work folder this benchmark made (and may therefore empty)
