@@ -46,6 +46,8 @@ POINTS = [
     ("int4 b32 sym a4", "int4", ["--block-size", "32", "--symmetric", "--accuracy-level", "4", "--outliers", "report"]),
     ("int4 b128 asym a4", "int4",
      ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report"]),
+    ("int4 b128 hqq a4", "int4",
+     ["--block-size", "128", "--asymmetric", "--algorithm", "hqq", "--accuracy-level", "4", "--outliers", "report"]),
 ] + [
     (f"int4 b128 asym a4, {n} MatMuls 8-bit", "int4",
      ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report", "--int8-matmuls", str(n)])

@@ -39,6 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sym.add_argument("--asymmetric", dest="symmetric", action="store_false", help="with zero points")
     int4_cmd.add_argument("--accuracy-level", type=int, default=4, choices=quantizers.ACCURACY_LEVELS,
                           help="MatMulNBits compute: 0 fp32, 4 int8 activations (default 4)")
+    int4_cmd.add_argument("--algorithm", default="rtn", choices=quantizers.ALGORITHMS,
+                          help="rtn: round to nearest per block (default); hqq: Half-Quadratic Quantization, scales "
+                               "and zero points fitted per block without data (needs --asymmetric and torch)")
     int4_cmd.add_argument("--int8-matmuls", type=int, default=0, metavar="N",
                           help="mixed precision: the N MatMuls most sensitive to 4 bits (each alone, on the model's "
                                "own weights) are quantized to 8 bits instead (default 0: all 4-bit)")
@@ -137,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             int4.run(args.input, args.out, args.block_size, args.symmetric, args.accuracy_level,
                      args.exclude, args.threads, force=args.force, outliers=args.outliers,
                      target=args.stress_target, outlier_ratio=args.outlier_ratio, min_cosine=args.min_cosine,
-                     worst_case_budget=args.worst_case_budget, int8_matmuls=args.int8_matmuls)
+                     worst_case_budget=args.worst_case_budget, int8_matmuls=args.int8_matmuls,
+                     algorithm=args.algorithm)
         return 0
 
     return main_wrapper(body)

@@ -21,16 +21,17 @@ def run(path: str | Path, out: str | Path, block_size: int = 32, symmetric: bool
         exclude: list[str] | None = None, threads: int = 0, force: bool = False, outliers: str = "report",
         target: float = outlier_check.DEFAULT_TARGET, outlier_ratio: float = outlier_channels.DEFAULT_RATIO,
         min_cosine: float = 0.0, worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET,
-        int8_matmuls: int = 0) -> dict:
+        int8_matmuls: int = 0, algorithm: str = "rtn") -> dict:
     """`python -m quantize int4`: IN -> OUT/model.onnx + OUT/report.json; returns the report.
 
     `int8_matmuls` = N > 0: mixed precision, the N MatMuls whose 4-bit quantization alone costs the most
     (per-MatMul sensitivity on the input's own weights) are quantized to 8 bits (MatMulNBits bits=8, same
-    block size, symmetry and accuracy level) instead."""
+    block size, symmetry and accuracy level) instead. `algorithm`: "rtn" or "hqq" (`quantizers.ALGORITHMS`), for
+    the 4-bit and the 8-bit weights alike."""
     if int8_matmuls < 0:
         raise UsageError(f"--int8-matmuls must be >= 0, got {int8_matmuls}")
-    fn, config = quantizers.nbits(4, block_size, symmetric, accuracy_level)
-    high, high_config = quantizers.nbits(8, block_size, symmetric, accuracy_level)
+    fn, config = quantizers.nbits(4, block_size, symmetric, accuracy_level, algorithm)
+    high, high_config = quantizers.nbits(8, block_size, symmetric, accuracy_level, algorithm)
     return weight_stage.run("int4", path, out, {**config, "int8_matmuls": int8_matmuls}, fn, exclude or [], threads,
                             outliers, target, force, outlier_ratio, min_cosine, worst_case_budget,
                             promote=(int8_matmuls, high, high_config))

@@ -30,7 +30,7 @@ from onnxruntime.quantization import (
     quantize_dynamic,
     quantize_static,
 )
-from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
 from core import cpu, onnx_io
 from core.errors import UsageError
@@ -68,25 +68,43 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 
 
-def nbits(bits: int, block_size: int, symmetric: bool, accuracy_level: int):
+#: How MatMulNBits weights are rounded: "rtn" (round to nearest, per block; ORT's default quantizer) or "hqq"
+#: (Half-Quadratic Quantization: scales and float zero points fitted per block by a proximal solver, no
+#: calibration data; ORT's implementation runs on torch, so it needs torch installed, as `make export` has).
+ALGORITHMS = ("rtn", "hqq")
+
+
+def nbits(bits: int, block_size: int, symmetric: bool, accuracy_level: int, algorithm: str = "rtn"):
     """(file -> file MatMulNBits quantizer, its settings) after checking them (UsageError naming the option)."""
     if block_size not in BLOCK_SIZES:
         raise UsageError(f"--block-size must be one of {', '.join(map(str, BLOCK_SIZES))}, got {block_size}")
     if accuracy_level not in ACCURACY_LEVELS:
         raise UsageError(f"--accuracy-level must be one of 0..4 (0: fp32 compute, 4: int8), got {accuracy_level}")
+    if algorithm not in ALGORITHMS:
+        raise UsageError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if algorithm == "hqq" and symmetric:
+        raise UsageError("--algorithm hqq fits a zero point per block: give --asymmetric")
     settings = {"bits": bits, "block_size": block_size, "symmetric": symmetric, "accuracy_level": accuracy_level}
+    if algorithm != "rtn":
+        settings["algorithm"] = algorithm
     return partial(matmul_nbits, **settings), settings
 
 
 def matmul_nbits(src: Path, dst: Path, skip: list[str], bits: int, block_size: int, symmetric: bool,
-                 accuracy_level: int) -> None:
+                 accuracy_level: int, algorithm: str = "rtn") -> None:
     """`src` -> `dst` with MatMulNBits (`bits` 4 or 8) in place of the MatMuls not in `skip`."""
     proto = onnx.load(str(src))
+    config = (HQQWeightOnlyQuantConfig(block_size=block_size, bits=bits, op_types_to_quantize=("MatMul",))
+              if algorithm == "hqq" else None)
     quantizer = MatMulNBitsQuantizer(proto, bits=bits, block_size=block_size, is_symmetric=symmetric,
                                      accuracy_level=accuracy_level, nodes_to_exclude=list(skip),
-                                     op_types_to_quantize=("MatMul",))
+                                     op_types_to_quantize=("MatMul",), algo_config=config)
     del proto
     quantizer.process()
+    if algorithm == "hqq":  # ORT's HQQ writes no accuracy_level (level 0, fp32 compute): give it the one asked for
+        for node in quantizer.model.model.graph.node:
+            if node.op_type == "MatMulNBits" and accuracy_level:
+                node.attribute.append(onnx.helper.make_attribute("accuracy_level", accuracy_level))
     onnx_io.save_proto(quantizer.model.model, dst)
 
 

@@ -61,6 +61,23 @@ def test_int4_exclude_keeps_matches_fp32(optimized, tmp_path):
     assert len(kept) == 6 and all("merger" in w for w in kept)
 
 
+def test_int4_hqq_fits_zero_points_and_keeps_the_accuracy_level(optimized, tmp_path, capsys):
+    """--algorithm hqq: every MatMul as MatMulNBits with fitted float zero points, the asked accuracy level set
+    (ORT's HQQ writes none), the algorithm in the report; symmetric HQQ is refused (it fits zero points)."""
+    out = tmp_path / "hqq"
+    assert cli.main(["int4", str(optimized["torchscript"]), str(out), "--block-size", "128", "--asymmetric",
+                     "--algorithm", "hqq", "--outliers", "off", "--threads", "1"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["algorithm"] == "hqq" and report["config"]["accuracy_level"] == 4
+    nodes = support.ops(ir.load(str(out / "model.onnx")), "MatMulNBits")
+    assert len(nodes) == report["quantized_nodes"] == 4 * support.DEPTH + 2 * 3
+    assert all(n.attributes["accuracy_level"].as_int() == 4 and n.inputs[3].dtype == ir.DataType.FLOAT for n in nodes)
+    assert report["validation"]["min_token_cosine"] > 0.95
+    assert cli.main(["int4", str(optimized["torchscript"]), str(tmp_path / "x"), "--algorithm", "hqq"]) == 2
+    assert single_error(capsys.readouterr().err) == "error: --algorithm hqq fits a zero point per block: give --asymmetric"
+    assert not (tmp_path / "x").exists()
+
+
 def test_int4_of_a_model_without_matmul_is_refused(tiny_exports, tmp_path, capsys):
     # the export has only Gemm nodes: the quantizer would silently do nothing
     out = tmp_path / "int4"
