@@ -23,6 +23,17 @@ def tiny_exports(tmp_path_factory) -> dict:
     return {"torchscript": root / "torchscript", "dynamo": root / "dynamo"}
 
 
+@pytest.fixture(scope="session")
+def tiny_optimized(tiny_exports, tmp_path_factory):
+    """The optimize stage folder of the tiny TorchScript export, shared by every test that reads it (one
+    `python -m quantize optimize` for the session). Read-only: a test that writes beside it copies it."""
+    from quantize import __main__ as cli
+
+    out = tmp_path_factory.mktemp("tiny-optimized") / "optimized"
+    assert cli.main(["optimize", str(tiny_exports["torchscript"]), str(out), "--threads", "1"]) == 0
+    return out
+
+
 def single_error(stderr: str) -> str:
     """The one `error:` line of a failed command (progress lines may precede it; no traceback)."""
     assert "Traceback" not in stderr

@@ -23,10 +23,8 @@ OUTPUTS = {"image_embeds", "deepstack_embeds_0", "deepstack_embeds_1"}
 
 
 @pytest.fixture(scope="module")
-def optimized(tiny_exports, tmp_path_factory):
-    out = tmp_path_factory.mktemp("int8-input") / "optimized"
-    assert cli.main(["optimize", str(tiny_exports["torchscript"]), str(out), "--threads", "1"]) == 0
-    return out
+def optimized(tiny_optimized):
+    return tiny_optimized
 
 
 def build(optimized, out, *flags) -> dict:

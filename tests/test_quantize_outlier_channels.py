@@ -1,6 +1,7 @@
 """Outlier input channels split off into fp32 MatMuls (quantize/outlier_channels.py) on the tiny encoder."""
 
 import json
+import shutil
 from functools import partial
 
 import numpy as np
@@ -18,11 +19,11 @@ PROBES = ("export example", "pack image + video t=2 + image")
 
 
 @pytest.fixture(scope="module")
-def models(tiny_exports, tmp_path_factory):
+def models(tiny_optimized, tmp_path_factory):
     """The optimized tiny encoder, its every-writer outlier-stress copy (4 residual channels 20-100x, written
     by every MatMul that adds into the stream, so the finder must see both input and output columns), and inputs."""
     root = tmp_path_factory.mktemp("outlier-channels")
-    assert cli.main(["optimize", str(tiny_exports["torchscript"]), str(root / "optimized"), "--threads", "1"]) == 0
+    shutil.copytree(tiny_optimized, root / "optimized")  # the stressed copy is written beside it
     fp32 = root / "optimized" / "model.onnx"
     stressed = root / "optimized" / "stressed.onnx"  # beside it: the stage folder's report and metadata hold
     record = outlier_check.make_stressed(fp32, stressed, outlier_check.WORST_WRITERS)

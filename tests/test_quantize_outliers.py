@@ -9,16 +9,13 @@ import pytest
 from core import onnx_io
 from core.session import open_session
 from families import QWEN3_VL
-from quantize import __main__ as cli
 from quantize import outlier_channels, outlier_check, outliers, quantizers, stage
 from tests import test_quantize_support as support
 
 
 @pytest.fixture(scope="module")
-def optimized(tiny_exports, tmp_path_factory):
-    out = tmp_path_factory.mktemp("outliers") / "optimized"
-    assert cli.main(["optimize", str(tiny_exports["torchscript"]), str(out), "--threads", "1"]) == 0
-    return out / "model.onnx"
+def optimized(tiny_optimized):
+    return tiny_optimized / "model.onnx"
 
 
 def weights(model: ir.Model) -> dict[str, np.ndarray]:

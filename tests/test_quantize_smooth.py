@@ -130,16 +130,9 @@ def check_smoothed(model: ir.Model, feeds: list, layouts: list[dict], inputs: li
 
 
 @pytest.fixture(scope="module")
-def qwen_optimized(tmp_path_factory):
-    """The tiny Qwen3-VL config through `builders.vision` (TorchScript only: conftest's `tiny_exports`
-    also runs the slower dynamo export) and `python -m quantize optimize`."""
-    from quantize import __main__ as cli
-    from tests.conftest import export_tiny
-
-    root = tmp_path_factory.mktemp("smooth")
-    export_tiny(root / "export")
-    assert cli.main(["optimize", str(root / "export"), str(root / "optimized"), "--threads", "1"]) == 0
-    return root / "optimized"
+def qwen_optimized(tiny_optimized):
+    """The tiny Qwen3-VL config through `builders.vision` and `python -m quantize optimize` (shared)."""
+    return tiny_optimized
 
 
 def test_qwen_tiny_is_unchanged_at_every_layout(qwen_optimized):
