@@ -101,6 +101,13 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
                 f"'{tensor.name}' needs {end}); copy it again from the source")
 
 
+def input_names(proto: onnx.ModelProto) -> list[str]:
+    """The graph inputs a caller feeds, in order: graph inputs that are not initializers (old IR versions list
+    initializers as inputs too)."""
+    initializers = {t.name for t in proto.graph.initializer}
+    return [v.name for v in proto.graph.input if v.name not in initializers]
+
+
 def all_tensors(graph: onnx.GraphProto):
     """Every TensorProto of `graph`: initializers and tensor attributes, subgraphs included."""
     yield from graph.initializer

@@ -109,11 +109,10 @@ def add_int8_options(sub: argparse.ArgumentParser) -> None:
 
 def check_int8_options(args: argparse.Namespace) -> None:
     """Refuse options of the other method; fill in the defaults of the chosen one."""
-    other = {"dynamic": {"--block-size": args.block_size, "--symmetric/--asymmetric": args.symmetric,
-                         "--accuracy-level": args.accuracy_level},
-             "nbits": {"--per-tensor": args.per_channel, "--reduce-range/--full-range": args.reduce_range}}
-    other["static"] = other["dynamic"]
-    other = other[args.method]
+    nbits_only = {"--block-size": args.block_size, "--symmetric/--asymmetric": args.symmetric,
+                  "--accuracy-level": args.accuracy_level}
+    other = {"dynamic": nbits_only, "static": nbits_only,
+             "nbits": {"--per-tensor": args.per_channel, "--reduce-range/--full-range": args.reduce_range}}[args.method]
     given = [name for name, value in other.items() if value is not None]
     if given:
         raise UsageError(f"{', '.join(given)} do(es) not apply to --method {args.method}")

@@ -19,6 +19,8 @@ nodes left fp32 and the outlier-stress check, whose failing MatMuls stay fp32 (`
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -39,15 +41,15 @@ REDUCE_RANGE = True
 
 def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symmetric: bool = True,
               accuracy_level: int = 4, reduce_range: bool = REDUCE_RANGE,
-              feeds: list[dict] | None = None) -> tuple[outlier_check.Quantizer, dict]:
-    """(file -> file quantizer, the options that matter for `method`) after checking them; `feeds`: the
+              feeds: Callable[[], list[dict]] | None = None) -> tuple[outlier_check.Quantizer, dict]:
+    """(file -> file quantizer, the options that matter for `method`) after checking them; `feeds()`: the
     calibration set (static)."""
     if method in ("dynamic", "static"):
         settings = {"method": method, "per_channel": per_channel, "reduce_range": reduce_range}
         if method == "dynamic":
             return partial(quantizers.dynamic, per_channel=per_channel, reduce_range=reduce_range), settings
         return (partial(quantizers.static, per_channel=per_channel, reduce_range=reduce_range,
-                        reader=partial(calibration.reader, feeds)), settings)
+                        reader=lambda: calibration.reader(feeds())), settings)
     if method != "nbits":
         raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
     fn, settings = quantizers.nbits(8, block_size, symmetric, accuracy_level)
@@ -64,13 +66,16 @@ def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel:
     if smooth and method == "nbits":
         raise UsageError("--smooth applies to --method dynamic or static (it moves activation range into the "
                          "weights, which weight-only nbits does not need)")
-    quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range)  # bad options: first
     calibrated = None
     if method == "static" or smooth:
-        with step("calibration set: photos through the family's processor"):
-            feeds = calibration.for_model(path, photos=STAGE_PHOTOS, sizes=STAGE_SIZES)
+        @functools.cache
+        def feeds() -> list[dict]:
+            """Made on first use, so that bad options and a bad OUT are refused before this work."""
+            with step("calibration set: photos through the family's processor"):
+                return calibration.for_model(path, photos=STAGE_PHOTOS, sizes=STAGE_SIZES)
+
         calibrated = (feeds, {"photos": list(STAGE_PHOTOS), "sizes": [list(s) for s in STAGE_SIZES],
-                              "items": len(feeds), "how": "quantize/calibration.py"})
+                              "how": "quantize/calibration.py"})
     fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range,
                            calibrated[0] if calibrated else None)
     config = {**config, "smooth": smooth} if method != "nbits" else config

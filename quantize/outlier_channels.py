@@ -229,9 +229,9 @@ def keeping_outliers_fp32(quantize: Quantizer, feeds: list[dict], threads: int, 
     def run(src: Path, dst: Path, skip: list[str]) -> None:
         key = (str(src), src.stat().st_mtime_ns, src.stat().st_size)
         if key not in found:
-            graph = onnx.load(str(src), load_external_data=False).graph
-            inputs = {v.name for v in graph.input} - {t.name for t in graph.initializer}
-            if inputs == names:
+            proto = onnx.load(str(src), load_external_data=False)
+            graph = proto.graph
+            if set(onnx_io.input_names(proto)) == names:
                 found[key] = record[src.name] = find(src, feeds, threads, ratio)
                 last.update(found[key])
             else:

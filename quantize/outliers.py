@@ -11,7 +11,8 @@ writes into the residual stream gets its output channels `channels` multiplied b
 are found from the graph: the contributions summed by each SkipLayerNormalization (inputs 0 and 1, and
 its bias) or by an Add whose output a LayerNormalization reads, traced back through bias Adds and
 Reshapes to a MatMul (columns scaled), Gemm (transB: rows) or Conv (output channels) with constant
-weights; a Transpose that moves the channel axis last is followed to a Conv only (SigLIP's patch embedding). Since the stream is the sum of its writers, channel c of the stream becomes factors[c] times
+weights; a Transpose that moves the channel axis last is followed to a Conv only (SigLIP's patch
+embedding). Since the stream is the sum of its writers, channel c of the stream becomes factors[c] times
 what it was, at every layer (the position-embedding table, read through an interpolation, is left as
 it is: its part of channel c keeps its scale, which changes nothing about the outlier). The edited
 model is a different model; it is compared only with its own fp32 self.

@@ -178,9 +178,7 @@ def static(src: Path, dst: Path, skip: list[str], per_channel: bool, reduce_rang
     calibration = reader()
     first = calibration.get_next()
     calibration.rewind()
-    graph = onnx.load(str(src), load_external_data=False).graph
-    inputs = {v.name for v in graph.input} - {t.name for t in graph.initializer}
-    if first is None or set(first) != inputs:
+    if first is None or set(first) != set(onnx_io.input_names(onnx.load(str(src), load_external_data=False))):
         return dynamic(src, dst, skip, per_channel, reduce_range)
     with tempfile.TemporaryDirectory(prefix="int8-static-", dir=dst.parent) as tmp, _quiet():
         out = Path(tmp) / "model.onnx"

@@ -40,8 +40,7 @@ def read_input(path: str | Path, threads: int) -> StageInput:
     graph = onnx_io.read_proto(model_file)  # no weights
     metadata = {p.key: p.value for p in graph.metadata_props}
     family = of_model(metadata, model_file)
-    initializers = {t.name for t in graph.graph.initializer}
-    names = [v.name for v in graph.graph.input if v.name not in initializers]
+    names = onnx_io.input_names(graph)
     if names != list(family.input_names):
         raise UsageError(f"{model_file} has inputs {names}, but a {family.name} encoder takes "
                          f"{list(family.input_names)} (export it with `python -m builders.vision`)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,7 +127,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO, min_cosine: float = 0.0,
         worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET,
         promote: tuple[int, outlier_check.Quantizer, dict] | None = None,
-        calibration: tuple[list[dict], dict] | None = None, smooth: bool = False) -> dict:
+        calibration: tuple[Callable[[], list[dict]], dict] | None = None, smooth: bool = False) -> dict:
     """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
 
     `config` (the stage's options) goes into the report as is. `outliers`: "exclude", "report" or "off".
@@ -137,8 +138,8 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     worst-case outlier-stress figure (`outlier_check.worst_case`). `promote` = (N, quantizer, its settings):
     mixed precision, the N MatMuls most sensitive to `quantize` (each alone, on the input's own weights at the
     first probe layout, `outlier_check.sensitivity`) go through that quantizer instead. `calibration` = (feeds,
-    what they are): the calibration set (`quantize.calibration`) a static quantizer already holds, said in the
-    report; with `smooth`, every model is SmoothQuant-smoothed on its own maxima at those feeds before anything
+    what they are): `feeds()` gives the calibration set (`quantize.calibration`, made on first use) a static
+    quantizer also reads, said in the report; with `smooth`, every model is SmoothQuant-smoothed on its own maxima at those feeds before anything
     else (`quantize.passes.smooth_activations.smoothing`, outermost: the outlier split sees smoothed inputs).
     """
     if outliers not in outlier_check.MODES:
@@ -181,7 +182,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         smoothing: dict = {}
         if smooth:
             if calibration is None:
-                raise UsageError("smoothing needs the calibration set (internal: no feeds given)")
+                raise ValueError("smooth=True needs calibration=(feeds, about)")
             quantize = smooth_activations.smoothing(quantize, calibration[0], threads, smoothing)
         stress = None
         if outliers != "off":
@@ -232,7 +233,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                     "outlier_stress_model": split_record.get(prepared.stressed.path.name) if prepared.stressed else None,
                 } if outlier_ratio else None,
                 "mixed_precision": mixed,
-                "calibration": calibration[1] if calibration else None,
+                "calibration": {**calibration[1], "items": len(calibration[0]())} if calibration else None,
                 "smoothing": {"model": smoothing.get(prepared.fp32_file.name),
                               "outlier_stress_model": smoothing.get(prepared.stressed.path.name)
                               if prepared.stressed else None} if smooth else None,

@@ -25,11 +25,12 @@ model with their outputs as extra graph outputs over calibration feeds (`quantiz
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
@@ -251,19 +252,17 @@ def smooth(model: ir.Model, feeds: Iterable[dict[str, np.ndarray]], alpha: float
     return apply(model, activation_maxima(model, feeds, threads), alpha, clamp)
 
 
-def smoothing(quantize, feeds: list[dict[str, np.ndarray]], threads: int | None, record: dict):
+def smoothing(quantize, feeds: Callable[[], list[dict[str, np.ndarray]]], threads: int | None, record: dict):
     """`quantize` (file -> file, skip) with each input model smoothed first, on its own activation maxima at
-    `feeds`. The smoothed model (same node names, so `skip` still holds) goes to a temporary folder beside
+    `feeds()` (the calibration set, made on first use). The smoothed model (same node names, so `skip` still holds) goes to a temporary folder beside
     the output. A model whose inputs are not those of `feeds` (the outlier check's one-MatMul models) is
     quantized as it is. `record[src file name]` gets the report without its per-LayerNorm details."""
-    names = set(feeds[0]) if feeds else set()
-
     def run(src: Path, dst: Path, skip: list[str]) -> None:
-        model = onnx_io.load(src)
-        if {v.name for v in model.graph.inputs} != names:
-            del model
+        calibration = feeds()
+        if set(onnx_io.input_names(onnx.load(str(src), load_external_data=False))) != set(calibration[0]):
             return quantize(src, dst, skip)
-        report = smooth(model, feeds, threads=threads)
+        model = onnx_io.load(src)
+        report = smooth(model, calibration, threads=threads)
         record[Path(src).name] = {k: v for k, v in report.items() if k not in ("nodes", "skips")}
         with tempfile.TemporaryDirectory(prefix="smoothed-", dir=Path(dst).parent) as tmp:
             smoothed = Path(tmp) / "model.onnx"
