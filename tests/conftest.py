@@ -14,6 +14,29 @@ def export_tiny(out, *extra) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
+def export_phi4_tiny(layers: int | None = None):
+    """The tiny Phi-4 config (with `layers` encoder layers instead of its 2: with 3, two run, features from the
+    second-last, and ORT fuses the second layer's attention; with 2, none), random weights (seed 0), exported
+    through TorchScript with named dims: (config, embed module, onnx.ModelProto)."""
+    import dataclasses
+
+    from builders import onnx_export  # imported here: torch-free test files must not need torch
+    from builders.config import load_config
+    from builders.phi4_mm import family
+    from families.phi4_mm import layouts
+
+    config = load_config("phi-4-mm-tiny")
+    if layers is not None:
+        config = dataclasses.replace(config, vision={**config.vision, "num_hidden_layers": layers})
+    embed = family.build(config, None, seed=0)[0]
+    io = family.io_spec(embed)
+    example = family.example_inputs(embed, layouts.EXAMPLE_IMAGES, seed=0)
+    proto = onnx_export.export_torchscript(family.export_module(embed), tuple(example[n] for n in io.input_names),
+                                           io, config.opset)
+    onnx_export.name_io_dims(proto, io)
+    return config, embed, proto
+
+
 @pytest.fixture(scope="session")
 def tiny_exports(tmp_path_factory) -> dict:
     """{'torchscript': folder, 'dynamo': folder} of tiny exports (model.onnx + report.json)."""

@@ -197,17 +197,10 @@ def test_package_of_another_model(qwen_dist, photos, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def phi4_package(tmp_path_factory):
     """(package folder, eager embedding, tolerance) from a tiny Phi-4 TorchScript export."""
-    from builders import onnx_export
     from builders.phi4_mm import family
-    from families.phi4_mm import layouts
+    from tests.conftest import export_phi4_tiny
 
-    config = load_config(PHI4)
-    tiny = family.build(config, None, seed=0)[0]
-    spec = family.io_spec(tiny)
-    example = family.example_inputs(tiny, layouts.EXAMPLE_IMAGES, seed=0)
-    model = onnx_export.export_torchscript(family.export_module(tiny), tuple(example[n] for n in spec.input_names),
-                                           spec, config.opset)
-    onnx_export.name_io_dims(model, spec)
+    config, tiny, model = export_phi4_tiny()
     folder = tmp_path_factory.mktemp("phi4") / PHI4
     (folder / "onnx").mkdir(parents=True)
     onnx_io.save_proto(model, folder / "onnx" / "vision_encoder.onnx")

@@ -3,36 +3,28 @@ attention into `Attention` WITH the key-padding mask, so padded patches stay mas
 fusion drops the mask (ORT's `vit` default, AttentionMaskFormat.NoMask, does): every fused attention
 must take its mask from `image_attention_mask`, and parity must hold at padded layouts."""
 
-import dataclasses
-
 import numpy as np
 import onnx_ir as ir
 import pytest
 
-from builders import onnx_export
 from builders.config import load_config
 from builders.phi4_mm import family
 from core import onnx_io, session
 from core.parity import compare
 from families.phi4_mm import crops, layouts, spec
 from quantize.passes import gemm_to_matmul, ort_transformer
+from tests.conftest import export_phi4_tiny
 
-TINY = load_config("phi-4-mm-tiny")
-# Two encoder layers run (of 3; features from the second-last): ORT's fusion skips the first layer,
-# whose residual is the embedding sum, so the second one is the layer that must fuse.
-CONFIG = dataclasses.replace(TINY, vision={**TINY.vision, "num_hidden_layers": 3})
+# The model: conftest.export_phi4_tiny(layers=3). Two encoder layers run (of 3; features from the second-last):
+# ORT's fusion skips the first layer, whose residual is the embedding sum, so the second one must fuse.
+TOLERANCE = load_config("phi-4-mm-tiny").tolerance
 PADDED = ["export example", "padded patch rows", "padded patch columns"]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """(metadata, exported ir.Model, [(name, inputs, eager features)] at padded layouts)."""
-    embed = family.build(CONFIG, None, seed=0)[0]
-    io = family.io_spec(embed)
-    example = family.example_inputs(embed, layouts.EXAMPLE_IMAGES, seed=0)
-    proto = onnx_export.export_torchscript(family.export_module(embed), tuple(example[n] for n in io.input_names),
-                                           io, CONFIG.opset)
-    onnx_export.name_io_dims(proto, io)
+    _, embed, proto = export_phi4_tiny(layers=3)
     path = tmp_path_factory.mktemp("phi4opt") / "model.onnx"
     onnx_io.save_proto(proto, path)
     reference = family.reference(embed)
@@ -90,7 +82,7 @@ def test_attention_is_fused_with_the_mask(built):
     assert _mask_sources(model) == ["image_attention_mask"] * stats["Attention"]
     sess = session.open_session(model)
     for name, inputs, expected in cases:
-        metrics = compare(_features(sess, inputs), expected, CONFIG.tolerance)
+        metrics = compare(_features(sess, inputs), expected, TOLERANCE)
         assert metrics["ok"], f"{name}: {metrics}"
 
 

@@ -5,7 +5,6 @@ Parity rule: core.parity's, max |smoothed - original| <= 1e-5 * max(1, max |orig
 absolute for outputs within [-1, 1] (every output of the tiny models: max |ref| ~ 0.15-0.3), relative to the
 output's largest value above that."""
 
-import dataclasses
 
 import numpy as np
 import onnx_ir as ir
@@ -154,21 +153,13 @@ def test_qwen_tiny_is_unchanged_at_every_layout(qwen_optimized):
 def test_phi4_tiny_is_unchanged_at_every_layout(tmp_path):
     """Three layers of the tiny Phi-4 config (the second-last feeds the features): ORT fuses the second
     layer's attention, so a LayerNorm that feeds Attention's qkv weight is smoothed too."""
-    from builders import onnx_export
-    from builders.config import load_config
     from builders.phi4_mm import family
     from families.phi4_mm import layouts as phi_layouts
     from families.phi4_mm import spec
     from quantize.passes import gemm_to_matmul, ort_transformer
+    from tests.conftest import export_phi4_tiny
 
-    tiny = load_config("phi-4-mm-tiny")
-    config = dataclasses.replace(tiny, vision={**tiny.vision, "num_hidden_layers": 3})
-    embed = family.build(config, None, seed=0)[0]
-    io = family.io_spec(embed)
-    example = family.example_inputs(embed, phi_layouts.EXAMPLE_IMAGES, seed=0)
-    proto = onnx_export.export_torchscript(family.export_module(embed), tuple(example[n] for n in io.input_names),
-                                           io, config.opset)
-    onnx_export.name_io_dims(proto, io)
+    config, embed, proto = export_phi4_tiny(layers=3)
     metadata = {k: str(v) for k, v in family.metadata(embed, phi_layouts.EXAMPLE_IMAGES).items()}
     model = ir.from_proto(proto)
     gemm_to_matmul.apply(model)
