@@ -71,7 +71,7 @@ def ensure_stages(name: str, build: Path) -> dict[str, Path]:
         folder = root / "bench" / ("optimized-skip-" + "-".join(sorted(skip)))
         if not (folder / "model.onnx").exists():
             say(f"building {folder}")
-            optimize_stage.run(export, folder, skip, threads=0, check_each=False)
+            optimize_stage.run(export, folder, skip, threads=0)
         models[label] = folder / "model.onnx"
     models["ort optimized"] = optimized / "model.onnx"
     for stage in QUANTIZED:

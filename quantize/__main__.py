@@ -28,9 +28,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          help="replace an existing OUT that is not an earlier output of this stage")
     opt.add_argument("--skip", action="append", default=[], choices=list(optimize.PASSES),
                      help="leave out a pass (repeatable), e.g. --skip rotary")
-    opt.add_argument("--check-all", action="store_true",
-                     help="check each pass at every validation layout (default: a few that catch what a rewrite "
-                          "breaks; the saved model is always checked at every layout)")
+    opt.add_argument("--checks", default="saved", choices=optimize.CHECKS,
+                     help="saved (default): the saved model at every validation layout, and on a failure each pass "
+                          "again at the failing layouts to name it; each: also each pass at a few layouts as it "
+                          "goes; all: each pass at every layout")
     int4_cmd.add_argument("--block-size", type=int, default=32, choices=quantizers.BLOCK_SIZES,
                           help="weights per quantization block along K (default 32)")
     sym = int4_cmd.add_mutually_exclusive_group()
@@ -129,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = parse_args(argv)
         if args.command == "optimize":
-            optimize.run(args.input, args.out, set(args.skip), args.threads, force=args.force,
-                         check_all=args.check_all)
+            optimize.run(args.input, args.out, set(args.skip), args.threads, args.checks, force=args.force)
         elif args.command == "int8":
             int8.run(args.input, args.out, args.method, args.per_channel, args.block_size, args.symmetric,
                      args.accuracy_level, args.exclude, args.outliers, args.stress_target, args.threads, args.force,

@@ -1,10 +1,13 @@
-"""The optimize stage: fused fp32 graph for ONNX Runtime's CPU kernels, every pass checked by parity.
+"""The optimize stage: fused fp32 graph for ONNX Runtime's CPU kernels, checked by parity.
 
 Passes, in order, those the model's family declares (`Family.optimize_passes`: Qwen3-VL all five,
-Phi-4-multimodal gemm and ort); each rewrites the in-memory model and is then run at a few validation
-layouts (`families.validation.quick_indices`: the first, a same-token-count one, a padded one, the export
-example, the largest; every layout with --check-all) against the input model's outputs; a pass beyond
-tolerance stops the stage. The saved model is checked at every layout:
+Phi-4-multimodal gemm and ort), each rewriting the one in-memory model. The saved model is checked against
+the input model's outputs at every validation layout; when it fails, the stage reloads the input and applies
+the passes again one at a time, each checked at the failing layouts only, and names the first pass beyond
+tolerance. `--checks each` also checks each pass at a few layouts as it goes
+(`families.validation.quick_indices`: the first, a same-token-count one, a padded one, the export example,
+the largest), `--checks all` at every layout: at 2B dims that costs minutes and finds nothing the saved
+model's check does not, so it is not the default.
   fold      static dims and constants (onnxscript optimizer)                 static_dims
   gemm      Gemm -> MatMul + Add                                              gemm_to_matmul
   ort       ORT transformer optimizer: Gelu / FastGelu / LayerNormalization  ort_transformer
@@ -25,7 +28,7 @@ import onnxscript.optimizer
 
 from core import onnx_io, parity
 from core import report as reports
-from core.errors import CheckFailed
+from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
@@ -60,14 +63,12 @@ PASSES: dict[str, tuple[str, Callable[[ir.Model], tuple[ir.Model, object]]]] = {
 
 
 def optimize(source: stage.StageInput, skip: set[str], threads: int,
-             check_each: bool = True, check_all: bool = False) -> tuple[ir.Model, list[dict]]:
-    """Run the passes not in `skip`; return the model and one record per pass. With `check_each`
-    False only the saved model is checked (quicker for benchmark ablations; not the stage default);
-    `check_all`: each pass at every layout instead of the quick ones."""
+             check_at: list[int] | None = None) -> tuple[ir.Model, list[dict]]:
+    """Run the passes not in `skip` on `source.model` (taken over: `source.model` is None after); return the
+    model and one record per pass. `check_at`: indices of `source.layouts` to check after each pass (a pass
+    beyond tolerance there raises CheckFailed naming it); None: no per-pass check (the saved model is)."""
     model, source.model = source.model, None  # the passes own the one in-memory copy from here
     records = []
-    quick = list(range(len(source.layouts))) if check_all else \
-        layouts_mod.quick_indices(source.layouts, source.inputs)
     declared = source.family.optimize_passes
     for key, (title, run) in PASSES.items():
         if key not in declared:
@@ -79,36 +80,52 @@ def optimize(source: stage.StageInput, skip: set[str], threads: int,
         options = source.family.optimize_options(source.metadata) if key == "ort" else {}
         with step(title, source.timings):
             model, made = run(model, **options)
-        if not check_each:
-            records.append({"pass": key, "title": title, "rewrites": made, "checked": False})
+        if check_at is None:
+            records.append({"pass": key, "title": title, "rewrites": made})
             continue
-        cases = parity.check(open_session(model, threads), [source.layouts[i] for i in quick],
-                             [source.inputs[i] for i in quick], [source.reference[i] for i in quick],
+        cases = parity.check(open_session(model, threads), [source.layouts[i] for i in check_at],
+                             [source.inputs[i] for i in check_at], [source.reference[i] for i in check_at],
                              source.tolerance)
         gc.collect()  # the pass's session (ORT's copy of the weights) is gone before the next pass
         found = parity.worst(cases)
         max_abs, cosine = found["max_abs"], found["min_cosine"]
         record = {"pass": key, "title": title, "rewrites": made, "max_abs": max_abs, "min_cosine": cosine,
-                  "ok": all(c["ok"] for c in cases)}
+                  "checked_at": [c["case"] for c in cases], "ok": all(c["ok"] for c in cases)}
         records.append(record)
         say(f"  {key}: {made} {'fused' if isinstance(made, dict) else 'rewrite(s)'}; parity at {len(cases)} "
             f"layouts: max abs diff {max_abs:.2e}, min cosine {cosine:.8f}")
         if not record["ok"]:
             failed = [c["case"] for c in cases if not c["ok"]]
             raise CheckFailed(f"pass {key!r} ({title}) breaks parity at {', '.join(failed)} "
-                                     f"(max abs diff {max_abs:.3g}); rerun with --skip {key}")
+                              f"(max abs diff {max_abs:.3g}); rerun with --skip {key}")
     return model, records
 
 
-def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: bool = True,
-        force: bool = False, check_all: bool = False) -> dict:
+def find_failing_pass(source: stage.StageInput, skip: set[str], threads: int, failed: list[int]) -> None:
+    """The saved model failed at layouts `failed`: reload the input and apply the passes again one at a time,
+    each checked at those layouts only, so that the first pass beyond tolerance is named (CheckFailed)."""
+    source.model = onnx_io.load(source.path, in_memory=True)
+    optimize(source, skip, threads, check_at=failed)
+
+
+#: When each pass is checked: only through the saved model (at every layout; a failure then re-runs the passes
+#: one at a time at the failing layouts to name the pass), after each pass at the quick layouts, or at all.
+CHECKS = ("saved", "each", "all")
+
+
+def run(path: str | Path, out: Path, skip: set[str], threads: int, checks: str = "saved",
+        force: bool = False) -> dict:
     """`python -m quantize optimize`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+    if checks not in CHECKS:
+        raise UsageError(f"--checks must be one of {', '.join(CHECKS)}, got {checks!r}")
     check_folder_output(out, "optimize", [path], force)  # before any work
     timings: dict[str, float] = {}
     with step("load the input and run it at the validation layouts", timings):
         source = stage.read_input(path, threads)
     source.timings = timings
-    model, records = optimize(source, skip, threads, check_each, check_all)
+    check_at = {"saved": None, "each": layouts_mod.quick_indices(source.layouts, source.inputs),
+                "all": list(range(len(source.layouts)))}[checks]
+    model, records = optimize(source, skip, threads, check_at)
     stage.name_nodes(model)
     model.producer_name, model.producer_version = "vlm-vision-onnx.quantize", "optimize"
     counts = stage.op_counts(model)
@@ -120,22 +137,29 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, check_each: b
         with step("validate the saved model", timings):
             cases = parity.check(open_session(tmp / "model.onnx", threads), source.layouts,
                                  source.inputs, source.reference, source.tolerance)
+        gc.collect()
+        passed = all(c["ok"] for c in cases)
+        if not passed:
+            failed = [i for i, c in enumerate(cases) if not c["ok"]]
+            with step("find the pass that breaks parity", timings):
+                find_failing_pass(source, skip, threads, failed)
+            raise CheckFailed(f"the saved model fails parity at {', '.join(cases[i]['case'] for i in failed)}, "
+                              "though each pass alone holds there; rerun with --checks all and report it")
+        for record in records:
+            if "rewrites" in record and "ok" not in record:
+                record["ok"], record["checked_at"] = True, "the saved model, every layout"
         report = {
             **stage.report_header("optimize", source),
             "skipped_passes": sorted(skip),
+            "checks": checks,
             "passes": records,
             "op_counts": counts,
-            "validation": {"reference": "input model in ONNX Runtime", "passed": all(c["ok"] for c in cases),
-                           "cases": cases},
+            "validation": {"reference": "input model in ONNX Runtime", "passed": passed, "cases": cases},
             "files": files,
             "input_files": onnx_io.file_sizes(source.path),
             **stage.report_footer(timings),
         }
         reports.write(tmp, report)
-        if not report["validation"]["passed"]:
-            failed = [c["case"] for c in cases if not c["ok"]]
-            raise CheckFailed(f"the saved model fails parity at {', '.join(failed)}, a layout the passes were not "
-                              "checked at; rerun with --check-all to find the pass")
     fused = {k: v for k, v in report["op_counts"].items() if k.startswith("com.microsoft")}
     say(f"wrote {out}/model.onnx ({sum(files.values()) / 2**20:.1f} MiB); fused ops: {fused}")
     return report

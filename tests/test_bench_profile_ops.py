@@ -86,7 +86,7 @@ def tiny_build(tiny_exports, tmp_path_factory):
     """BUILD/tiny/int8/model.onnx: the tiny export optimized (no per-pass checks) and quantized dynamic int8."""
     build = tmp_path_factory.mktemp("profile-build")
     optimized = build / "optimized-input"
-    optimize_stage.run(tiny_exports["torchscript"], optimized, set(), threads=1, check_each=False)
+    optimize_stage.run(tiny_exports["torchscript"], optimized, set(), threads=1)
     assert cli.main(["int8", str(optimized), str(build / "tiny" / "int8"), "--threads", "1",
                      "--outliers", "off"]) == 0
     return build

@@ -100,3 +100,25 @@ def test_bad_input_is_one_line_and_exit_2(tiny_exports, tmp_path, capsys, args, 
     assert cli.main(args) == 2
     assert words in single_error(capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_pass_that_breaks_parity_is_named_and_nothing_is_written(tiny_exports, tmp_path, monkeypatch):
+    """The default checks only the saved model; when it fails, the passes run again one at a time at the failing
+    layouts and the first one beyond tolerance is named."""
+    from core.errors import CheckFailed
+    from quantize import optimize
+
+    title, rotary = optimize.PASSES["rotary"]
+
+    def broken(model: ir.Model):
+        model, made = rotary(model)
+        weight = next(v for v in model.graph.initializers.values()
+                      if v.const_value is not None and len(v.const_value.shape) == 2)
+        weight.const_value = ir.tensor(weight.const_value.numpy() * 1.5)
+        return model, made
+
+    monkeypatch.setitem(optimize.PASSES, "rotary", (title, broken))
+    out = tmp_path / "optimized"
+    with pytest.raises(CheckFailed, match=r"pass 'rotary' .* breaks parity at .*--skip rotary"):
+        optimize.run(tiny_exports["torchscript"], out, set(), threads=1)
+    assert not out.exists() and not list(tmp_path.iterdir())
