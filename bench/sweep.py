@@ -44,6 +44,9 @@ POINTS = [
     ("int8 nbits b32 sym a4", "int8", ["--method", "nbits", "--block-size", "32", "--symmetric",
                                        "--accuracy-level", "4", "--outliers", "exclude"]),
     ("int4 b32 sym a4", "int4", ["--block-size", "32", "--symmetric", "--accuracy-level", "4", "--outliers", "report"]),
+    ("int4 b32 asym a4", "int4", ["--block-size", "32", "--asymmetric", "--accuracy-level", "4", "--outliers", "report"]),
+    ("int4 b32 hqq a4", "int4",
+     ["--block-size", "32", "--asymmetric", "--algorithm", "hqq", "--accuracy-level", "4", "--outliers", "report"]),
     ("int4 b128 asym a4", "int4",
      ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report"]),
     ("int4 b128 hqq a4", "int4",
@@ -56,7 +59,7 @@ POINTS = [
 FP32 = "fp32 (optimized)"
 #: The validation cases each point's accuracy is measured at (of the export's 13): the key size, a
 #: mixed-size pack, a video, a mixed image + video pack and the export example; bounds the sweep's
-#: cost (12 stages at 2B dims). The shipped stages of `make export` check every layout.
+#: cost (one stage per point at 2B dims). The shipped stages of `make export` check every layout.
 CASES = ("image 448x448", "pack 448x448 + 336x336", "video t=2 256x256", "pack image + video t=2 + image",
          "export example")
 #: The floors a shipped point must meet (issue 17): min per-token cosine against fp32 on random weights and on

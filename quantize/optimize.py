@@ -26,7 +26,7 @@ from pathlib import Path
 import onnx_ir as ir
 import onnxscript.optimizer
 
-from core import onnx_io, parity
+from core import onnx_io, parity, stage_outputs
 from core import report as reports
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
@@ -135,8 +135,11 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, checks: str =
         del model  # the check below runs the saved file: ORT's copy of the weights is the only one
         gc.collect()
         with step("validate the saved model", timings):
-            cases = parity.check(open_session(tmp / "model.onnx", threads), source.layouts,
-                                 source.inputs, source.reference, source.tolerance)
+            session = open_session(tmp / "model.onnx", threads)
+            produced = parity.run_all(session, source.inputs)
+            cases = parity.check_outputs([o.name for o in session.get_outputs()], source.layouts, produced,
+                                         source.reference, source.tolerance)
+            del session
         gc.collect()
         passed = all(c["ok"] for c in cases)
         if not passed:
@@ -160,6 +163,8 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, checks: str =
             **stage.report_footer(timings),
         }
         reports.write(tmp, report)
+        with step("keep the outputs for the next stage", timings):
+            stage_outputs.write(tmp, tmp / "model.onnx", source.inputs, produced)
     fused = {k: v for k, v in report["op_counts"].items() if k.startswith("com.microsoft")}
     say(f"wrote {out}/model.onnx ({sum(files.values()) / 2**20:.1f} MiB); fused ops: {fused}")
     return report

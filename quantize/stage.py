@@ -6,10 +6,11 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core import onnx_io, parity
+from core import onnx_io, parity, stage_outputs
 from core import report as reports
 from core.errors import UsageError
 from core.parity import DEFAULT_TOLERANCE
+from core.progress import say
 from core.session import open_session
 from families import Family, of_model
 from families import validation as layouts_mod
@@ -28,11 +29,14 @@ class StageInput:
     reference: list[list[np.ndarray]]
     tolerance: float
     timings: dict[str, float] = field(default_factory=dict)
+    #: "run here", or where the reference outputs were read from (`core.stage_outputs`)
+    reference_from: str = "run here"
 
 
 def read_input(path: str | Path, threads: int) -> StageInput:
     """Load IN, check it is an encoder of a known family with that family's inputs, and run it at every
-    layout of its own report (else the family's defaults).
+    layout of its own report (else the family's defaults), unless the stage that wrote IN kept its outputs
+    there for this very model and these inputs (`core.stage_outputs`).
 
     The checks and the reference run read the graph alone; the weights are loaded into memory only
     after the reference session is gone (one copy of the weights in memory at a time)."""
@@ -47,10 +51,16 @@ def read_input(path: str | Path, threads: int) -> StageInput:
     del graph
     layouts = layouts_mod.layouts_for(model_file, metadata, family)
     inputs = layouts_mod.layout_inputs(family, layouts, metadata)
-    reference = parity.run_all(open_session(model_file, threads), inputs)
+    reference = stage_outputs.read(model_file, inputs)
+    reference_from = f"{model_file.with_name(stage_outputs.FILE)} (written by IN's stage, fingerprints match)"
+    if reference is None:
+        reference, reference_from = parity.run_all(open_session(model_file, threads), inputs), "run here"
+    else:
+        say(f"reference outputs at the {len(layouts)} layouts: those IN's stage kept ({stage_outputs.FILE})")
     tolerance = float(reports.read_beside(model_file).get("tolerance", DEFAULT_TOLERANCE))
     model = onnx_io.load(model_file, in_memory=True)
-    return StageInput(model_file, model, family, metadata, layouts, inputs, reference, tolerance)
+    return StageInput(model_file, model, family, metadata, layouts, inputs, reference, tolerance,
+                      reference_from=reference_from)
 
 
 def report_header(stage: str, source: StageInput) -> dict:
@@ -60,7 +70,7 @@ def report_header(stage: str, source: StageInput) -> dict:
             "family": source.family.name, "weights": source.metadata.get("weights"),
             "io": {"inputs": list(source.family.input_names), "outputs": source.family.output_names(source.metadata),
                    "dims": source.family.dims},
-            "tolerance": source.tolerance}
+            "tolerance": source.tolerance, "reference_outputs": source.reference_from}
 
 
 def report_footer(timings: dict[str, float]) -> dict:

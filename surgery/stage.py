@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core import onnx_io, parity
+from core import onnx_io, parity, stage_outputs
 from core import report as reports
 from core.errors import CheckFailed
 from core.parity import DEFAULT_TOLERANCE
@@ -139,6 +139,7 @@ def run(source: Path, staged: StagedFile) -> dict:
         if not report["validation"]["passed"]:
             failed = [c["case"] for c in cases if not c["ok"]]
             raise CheckFailed(f"OUT differs from IN beyond tolerance at {', '.join(failed)}; nothing written")
+        stage_outputs.write(stage.dir, stage.model_path, inputs, produced)  # the optimize stage's reference
         stage.commit({"stage": "surgery", **report})
     say(f"wrote {staged.out} (report: {staged.report_path})")
     return report
