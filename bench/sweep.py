@@ -99,7 +99,7 @@ def folder_name(label: str) -> str:
 def build_points(root: Path, points: list[tuple]) -> list[dict]:
     """Build (or reuse) every point's stage folder; [{label, stage, flags, folder, report | error}]."""
     from quantize import __main__ as quantize_cli  # the stages' own command, exactly as make runs it
-    from quantize import weight_stage
+    from quantize import outlier_check, weight_stage
 
     weight_stage.KEEP_PREPARED = True  # one reference run of the fp32 (and stressed) model for all points
     weight_stage.CASES = CASES
@@ -115,7 +115,8 @@ def build_points(root: Path, points: list[tuple]) -> list[dict]:
         if index.get(label) != key or not report.exists():
             say(f"building {folder}: python -m quantize {stage} {optimized.parent} {folder} {' '.join(flags)}")
             start = time.perf_counter()
-            code = quantize_cli.main([stage, str(optimized.parent), str(folder), *flags, "--force"])
+            code = quantize_cli.main([stage, str(optimized.parent), str(folder), *flags, "--force",
+                                      "--worst-case-budget", str(outlier_check.SWEEP_WORST_CASE_BUDGET)])
             if code != 0:
                 built.append({"label": label, "stage": stage, "flags": flags, "error": f"exit {code}"})
                 index.pop(label, None)

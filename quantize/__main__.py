@@ -67,9 +67,9 @@ def add_outlier_options(sub: argparse.ArgumentParser, default: str) -> None:
                           "embedding, as in trained ViTs) must reach with --outliers exclude "
                           f"(default {outlier_check.DEFAULT_TARGET})")
     sub.add_argument("--worst-case-budget", type=float, default=outlier_check.DEFAULT_WORST_CASE_BUDGET,
-                     metavar="S", help="seconds for the worst-case outlier-stress figure (every writer of the stream "
-                     "scaled; measured, never a gate) after its first layout "
-                     f"(default {outlier_check.DEFAULT_WORST_CASE_BUDGET:g})")
+                     metavar="S", help="also measure the worst-case outlier-stress figure (every writer of the stream "
+                     "scaled; a figure, never a gate) for up to S seconds after its first layout (default: not "
+                     "measured; `python -m bench.sweep` measures it for every point)")
     sub.add_argument("--min-cosine", type=float, default=0.0, metavar="COS",
                      help="refuse (exit 2, nothing written) when the min per-token cosine against fp32 over the "
                           "validation layouts is below COS (default 0: no floor)")

@@ -20,7 +20,7 @@ from quantize import outlier_channels, outlier_check, quantizers, weight_stage
 def run(path: str | Path, out: str | Path, block_size: int = 32, symmetric: bool = True, accuracy_level: int = 4,
         exclude: list[str] | None = None, threads: int = 0, force: bool = False, outliers: str = "report",
         target: float = outlier_check.DEFAULT_TARGET, outlier_ratio: float = outlier_channels.DEFAULT_RATIO,
-        min_cosine: float = 0.0, worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET,
+        min_cosine: float = 0.0, worst_case_budget: float | None = outlier_check.DEFAULT_WORST_CASE_BUDGET,
         int8_matmuls: int = 0, algorithm: str = "rtn") -> dict:
     """`python -m quantize int4`: IN -> OUT/model.onnx + OUT/report.json; returns the report.
 

@@ -61,7 +61,7 @@ def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel:
         outliers: str = "exclude", target: float = outlier_check.DEFAULT_TARGET, threads: int = 0,
         force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO,
         reduce_range: bool = REDUCE_RANGE, min_cosine: float = 0.0,
-        worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET, smooth: bool = False) -> dict:
+        worst_case_budget: float | None = outlier_check.DEFAULT_WORST_CASE_BUDGET, smooth: bool = False) -> dict:
     """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
     if smooth and method == "nbits":
         raise UsageError("--smooth applies to --method dynamic or static (it moves activation range into the "

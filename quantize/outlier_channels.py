@@ -31,6 +31,7 @@ without such channels (random weights have none) is left unchanged.
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from collections.abc import Callable
@@ -251,6 +252,7 @@ def keeping_outliers_fp32(quantize: Quantizer, feeds: list[dict], threads: int, 
             split_file = Path(tmp) / onnx_io.MODEL_FILE
             onnx_io.save(model, split_file)
             del model
+            gc.collect()  # an onnx-ir model is full of reference cycles: its weights go before the quantizer loads its copy
             quantize(split_file, dst, skip + added)
 
     return run

@@ -78,8 +78,10 @@ def _keep_cases(source: stage.StageInput) -> None:
         source.reference = [source.reference[i] for i in keep]
 
 
-def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, timings: dict) -> Prepared:
-    """Load IN, run it at every layout, save its named copy (and its stressed copy when `stress`)."""
+def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, timings: dict,
+            worst: bool = False) -> Prepared:
+    """Load IN, run it at every layout, save its named copy (its gate stress copy when `stress`, and its
+    worst-case copy when `worst` too)."""
     key = _key(path, threads)
     found = _prepared.get(key) if KEEP_PREPARED else None
     if found is None:
@@ -107,7 +109,7 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
     if stress and found.stressed is None:
         found.stressed = outlier_check.prepare(found.fp32_file, found.fp32_file.with_name("stressed.onnx"),
                                                found.source.layouts, found.source.inputs, threads, timings)
-    if stress and found.worst is None:
+    if stress and worst and found.worst is None:
         found.worst = outlier_check.prepare_worst_case(found.fp32_file, found.fp32_file.with_name("worst.onnx"),
                                                        timings)
     if KEEP_PREPARED:
@@ -125,7 +127,7 @@ def no_matmul_error(model) -> UsageError:
 def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quantize: outlier_check.Quantizer,
         exclude: list[str], threads: int, outliers: str, target: float = outlier_check.DEFAULT_TARGET,
         force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO, min_cosine: float = 0.0,
-        worst_case_budget: float = outlier_check.DEFAULT_WORST_CASE_BUDGET,
+        worst_case_budget: float | None = outlier_check.DEFAULT_WORST_CASE_BUDGET,
         promote: tuple[int, outlier_check.Quantizer, dict] | None = None,
         calibration: tuple[Callable[[], list[dict]], dict] | None = None, smooth: bool = False) -> dict:
     """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
@@ -135,7 +137,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     times the median channel's, `quantize.outlier_channels`) are split off into fp32 MatMuls before
     quantizing; 0: off. `min_cosine` > 0: the min per-token cosine against fp32 over the validation layouts
     must reach it, else UsageError (exit 2) and nothing written. `worst_case_budget`: seconds for the
-    worst-case outlier-stress figure (`outlier_check.worst_case`). `promote` = (N, quantizer, its settings):
+    worst-case outlier-stress figure (`outlier_check.worst_case`); None: not measured. `promote` = (N, quantizer, its settings):
     mixed precision, the N MatMuls most sensitive to `quantize` (each alone, on the input's own weights at the
     first probe layout, `outlier_check.sensitivity`) go through that quantizer instead. `calibration` = (feeds,
     what they are): `feeds()` gives the calibration set (`quantize.calibration`, made on first use) a static
@@ -148,7 +150,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         raise UsageError(f"--stress-target must be in (0, 1], got {target}")
     if not 0 <= min_cosine <= 1:
         raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
-    if worst_case_budget < 0:
+    if worst_case_budget is not None and worst_case_budget < 0:
         raise UsageError(f"--worst-case-budget must be >= 0 seconds, got {worst_case_budget}")
     if outlier_ratio != 0 and not outlier_ratio > 1:
         raise UsageError(f"--outlier-ratio must be 0 (off) or greater than 1, got {outlier_ratio}")
@@ -156,7 +158,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     check_folder_output(out, stage_name, [path], force)
     timings: dict[str, float] = {}
     out = Path(out)
-    prepared = prepare(path, threads, outliers != "off", out.parent, timings)
+    prepared = prepare(path, threads, outliers != "off", out.parent, timings, worst=worst_case_budget is not None)
     source = prepared.source
     try:
         skip = excluded(prepared.nodes, exclude)
@@ -191,7 +193,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         stress_skip = stress["excluded"] if stress else []
         worst_case = (outlier_check.worst_case(prepared.worst, quantize, skip + stress_skip, source.layouts,
                                                source.inputs, threads, timings, worst_case_budget)
-                      if stress else None)
+                      if stress and worst_case_budget is not None else None)
         with staged_folder(out, stage_name, [path], force, keep_log=True) as staged:
             model_file = staged / "model.onnx"
             with step(f"quantize ({', '.join(f'{k} {v}' for k, v in config.items())})", timings):
@@ -249,9 +251,10 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     finally:
         if not KEEP_PREPARED:
             prepared.folder.cleanup()
+    worst_line = (f"worst case {worst_case['validation']['min_token_cosine']:.5f}" if worst_case else
+                  "worst case not measured (--worst-case-budget S)")
     stress_line = (f"; outlier stress: min per-token cosine {stress['validation']['min_token_cosine']:.5f} "
-                   f"({len(stress_skip)} MatMul(s) kept fp32 for it), worst case "
-                   f"{worst_case['validation']['min_token_cosine']:.5f}" if stress else "")
+                   f"({len(stress_skip)} MatMul(s) kept fp32 for it), {worst_line}" if stress else "")
     say(f"wrote {out}/model.onnx: {report['quantized_nodes']} quantized MatMul(s), {len(fp32)} weight node(s) fp32, "
         f"{sum(files.values()) / 2**20:.1f} MiB ({100 * report['size_ratio']:.1f}% of fp32); vs fp32: min per-token "
         f"cosine {worst['min_token_cosine']:.5f}, max abs diff {worst['max_abs']:.3g}{stress_line}")

@@ -34,9 +34,10 @@ def build(optimized, out, *flags) -> dict:
 
 @pytest.fixture(scope="module")
 def dynamic(optimized, tmp_path_factory):
-    """The default int8 stage: dynamic per-channel, outlier-stress exclusions at the default target."""
+    """The default int8 stage: dynamic per-channel, outlier-stress exclusions at the default target; with the
+    worst-case figure asked for (the stage's default leaves it to the benchmark)."""
     out = tmp_path_factory.mktemp("int8") / "dynamic"
-    return out, build(optimized, out)
+    return out, build(optimized, out, "--worst-case-budget", "120")
 
 
 def test_dynamic_report_contents(dynamic):
@@ -184,6 +185,7 @@ def test_report_mode_measures_without_excluding(optimized, tmp_path):
     assert report["config"]["per_channel"] is False
     assert report["outlier_stress"]["excluded"] == [] and report["quantized_nodes"] == LINEAR_LAYERS
     assert 0 < report["outlier_stress"]["validation"]["min_token_cosine"] < 1
+    assert report["outlier_stress_worst_case"] is None  # not asked for: the benchmark measures it
 
 
 def test_nbits_8bit(optimized, tmp_path):
@@ -237,6 +239,7 @@ def test_static_is_calibrated_on_photos_and_smoothing_keeps_it_close(optimized, 
     report), every quantizable MatMul quantized, SmoothQuant applied to the LayerNorms before the split."""
     report = build(optimized, tmp_path / "static", "--method", "static", "--smooth", "--outliers", "report",
                    "--worst-case-budget", "0")
+    assert report["outlier_stress_worst_case"]["measured_cases"] == report["outlier_stress"]["probe_cases"][:1]
     model = ir.load(str(tmp_path / "static" / "model.onnx"))
     assert report["config"]["method"] == "static" and report["config"]["smooth"] is True
     assert report["quantized_nodes"] == LINEAR_LAYERS == sum(
