@@ -42,20 +42,22 @@ def markdown(result: dict, png: str) -> str:
          "stage's gate, a copy whose residual stream carries 4 channels 20–100× written once by the patch "
          "embedding (as massive activations appear in trained ViTs), at the probe layouts and the largest one; "
          "worst case = every writer of the stream scaled (each block amplifies its input's error into those "
-         "channels), at the probe layouts, reported only."),
+         "channels), at the probe layouts, reported only; photos = the same weights on real photos no stage "
+         f"calibrates on ({', '.join((result.get('photos') or {}).get('photos', ['not measured']))}), through the "
+         "family's processor."),
         "",
-        "| point | s | vs fp32 | MiB | size | random | realistic stress | worst case | fp32 MatMuls | 8-bit MatMuls | flags |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| point | s | vs fp32 | MiB | size | random | photos | realistic stress | worst case | fp32 MatMuls | 8-bit MatMuls | flags |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in result["rows"]:
         mark = " **(shipped INT8)**" if r["label"] == best.get("int8") else \
             " **(shipped INT4)**" if r["label"] == best.get("int4") else ""
         lines.append(f"| {r['label']}{mark} | {r['median_s']:.3f} | {r['speedup']:.2f}× | {r['mib']:.0f} | "
-                     f"{100 * r.get('size_ratio', 1):.1f}% | {_cos(r['token_cosine'])} | "
+                     f"{100 * r.get('size_ratio', 1):.1f}% | {_cos(r['token_cosine'])} | {_cos(r.get('photo_token_cosine'))} | "
                      f"{_cos(r['stress_token_cosine'])} | {_cos(r.get('worst_token_cosine'))} | "
                      f"{r['fp32_matmuls_excluded']} | {r.get('int8_matmuls', 0)} | `{' '.join(r['flags'])}` |")
     for p in result.get("failed", []):
-        lines.append(f"| {p['label']} | failed ({p['error']}) | | | | | | | | | `{' '.join(p['flags'])}` |")
+        lines.append(f"| {p['label']} | failed ({p['error']}) | | | | | | | | | | `{' '.join(p['flags'])}` |")
     lines += ["", f"Choice: {best['rule']}.", ""]
     for stage in ("int8", "int4"):
         if stage not in best or stage not in floors:

@@ -42,7 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           help="MatMulNBits compute: 0 fp32, 4 int8 activations (default 4)")
     int4_cmd.add_argument("--algorithm", default="rtn", choices=quantizers.ALGORITHMS,
                           help="rtn: round to nearest per block (default); hqq: Half-Quadratic Quantization, scales "
-                               "and zero points fitted per block without data (needs --asymmetric and torch)")
+                               "and zero points fitted per block without data (needs --asymmetric and torch); gptq: "
+                               "rounding errors pushed where photos through the model's processor have little energy "
+                               "(quantize/gptq.py)")
     int4_cmd.add_argument("--int8-matmuls", type=int, default=0, metavar="N",
                           help="mixed precision: the N MatMuls most sensitive to 4 bits (each alone, on the model's "
                                "own weights) are quantized to 8 bits instead (default 0: all 4-bit)")

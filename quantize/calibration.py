@@ -26,8 +26,9 @@ when an item is made, not when this module is.
 
 from __future__ import annotations
 
+import functools
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,11 @@ from runtime import sample_photos
 PHOTOS: tuple[str, ...] = (*sample_photos.PHOTOS, "immunohistochemistry", "hubble_deep_field", "coins")
 #: (height, width) of every photo in the set: small, mid, large non-square.
 SIZES: tuple[tuple[int, int], ...] = ((256, 256), (448, 448), (512, 768))
+#: The calibration set the stages use (int8 static and smoothing, int4 gptq): these photos at these sizes, plus
+#: the pan video where the family takes video. Small on purpose: quantize_static holds every item's MatMul inputs
+#: (about 0.5 GB per 448x448 image at 2B dims) until it computes the ranges.
+STAGE_PHOTOS: tuple[str, ...] = PHOTOS[:4]
+STAGE_SIZES: tuple[tuple[int, int], ...] = ((256, 256), (448, 448))
 VIDEO_PHOTO = "rocket"  # what runtime.sample_photos pans across
 VIDEO_NAME = f"video pan {VIDEO_PHOTO} x{sample_photos.FRAMES}"
 
@@ -203,3 +209,17 @@ def reader(feeds: Iterable[Inputs]) -> CalibrationDataReader:
     """An `onnxruntime.quantization.CalibrationDataReader` over `feeds` (e.g. `items(...)`), for
     `quantize_static`: each `get_next()` returns the next {input name: array}, then None."""
     return _Reader(feeds)
+
+
+def stage_set(model_file: str | Path) -> tuple[Callable[[], list[Inputs]], dict]:
+    """(feeds, what they are) of a stage: `feeds()` makes STAGE_PHOTOS at STAGE_SIZES (+ the video) for the model
+    at `model_file` on first use (so that bad options and a bad OUT are refused before this work) and keeps them;
+    the dict goes into the stage's report."""
+    from core.progress import step
+
+    @functools.cache
+    def feeds() -> list[Inputs]:
+        with step("calibration set: photos through the family's processor"):
+            return for_model(model_file, photos=STAGE_PHOTOS, sizes=STAGE_SIZES)
+
+    return feeds, {"photos": list(STAGE_PHOTOS), "sizes": [list(s) for s in STAGE_SIZES], "how": "quantize/calibration.py"}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.errors import UsageError
-from quantize import outlier_channels, outlier_check, quantizers, weight_stage
+from quantize import calibration, outlier_channels, outlier_check, quantizers, weight_stage
 
 
 def run(path: str | Path, out: str | Path, block_size: int = 32, symmetric: bool = True, accuracy_level: int = 4,
@@ -26,12 +26,14 @@ def run(path: str | Path, out: str | Path, block_size: int = 32, symmetric: bool
 
     `int8_matmuls` = N > 0: mixed precision, the N MatMuls whose 4-bit quantization alone costs the most
     (per-MatMul sensitivity on the input's own weights) are quantized to 8 bits (MatMulNBits bits=8, same
-    block size, symmetry and accuracy level) instead. `algorithm`: "rtn" or "hqq" (`quantizers.ALGORITHMS`), for
-    the 4-bit and the 8-bit weights alike."""
+    block size, symmetry and accuracy level) instead. `algorithm`: "rtn", "hqq" or "gptq" (`quantizers.ALGORITHMS`;
+    gptq calibrated on `quantize.calibration.stage_set`), for the 4-bit and the 8-bit weights alike."""
     if int8_matmuls < 0:
         raise UsageError(f"--int8-matmuls must be >= 0, got {int8_matmuls}")
-    fn, config = quantizers.nbits(4, block_size, symmetric, accuracy_level, algorithm)
-    high, high_config = quantizers.nbits(8, block_size, symmetric, accuracy_level, algorithm)
+    calibrated = calibration.stage_set(path) if algorithm == "gptq" else None
+    feeds = calibrated[0] if calibrated else None
+    fn, config = quantizers.nbits(4, block_size, symmetric, accuracy_level, algorithm, feeds, threads)
+    high, high_config = quantizers.nbits(8, block_size, symmetric, accuracy_level, algorithm, feeds, threads)
     return weight_stage.run("int4", path, out, {**config, "int8_matmuls": int8_matmuls}, fn, exclude or [], threads,
                             outliers, target, force, outlier_ratio, min_cosine, worst_case_budget,
-                            promote=(int8_matmuls, high, high_config))
+                            promote=(int8_matmuls, high, high_config), calibration=calibrated)

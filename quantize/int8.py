@@ -7,7 +7,7 @@
   16-bit pair sums saturate with 8-bit weights (`core.cpu`).
 - `static`: ONNX Runtime `quantize_static` (QDQ): the same weights as `dynamic`, each activation's uint8 scale
   fixed from calibration runs on real photographs through the family's processor (`quantize.calibration`,
-  STAGE_PHOTOS at STAGE_SIZES, plus a pan video where the family takes video).
+  calibration.STAGE_PHOTOS at STAGE_SIZES, plus a pan video where the family takes video).
 - `nbits`: com.microsoft.MatMulNBits with bits=8: W int8 in blocks of `block_size` along K; with
   accuracy level 4 the kernel quantizes x to int8 per block of K (one scale per token and block), so
   an outlier channel only costs its own block its resolution.
@@ -19,21 +19,14 @@ nodes left fp32 and the outlier-stress check, whose failing MatMuls stay fp32 (`
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 from core.errors import UsageError
-from core.progress import step
 from quantize import calibration, outlier_channels, outlier_check, quantizers, weight_stage
 
 METHODS = ("dynamic", "static", "nbits")
-#: The stage's calibration set: these photos (of `quantize.calibration.PHOTOS`) at these sizes, plus the pan
-#: video where the family takes video. Small on purpose: quantize_static holds every item's MatMul inputs
-#: (about 0.5 GB per 448x448 image at 2B dims) until it computes the ranges.
-STAGE_PHOTOS = calibration.PHOTOS[:4]
-STAGE_SIZES = ((256, 256), (448, 448))
 #: dynamic's default weight range: 7 bits, exact on every x86 CPU (see `core.cpu`: with 8 bits, CPUs without
 #: VNNI saturate). `--full-range` trades that for accuracy on CPUs with VNNI / AMX / ARM.
 REDUCE_RANGE = True
@@ -66,16 +59,7 @@ def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel:
     if smooth and method == "nbits":
         raise UsageError("--smooth applies to --method dynamic or static (it moves activation range into the "
                          "weights, which weight-only nbits does not need)")
-    calibrated = None
-    if method == "static" or smooth:
-        @functools.cache
-        def feeds() -> list[dict]:
-            """Made on first use, so that bad options and a bad OUT are refused before this work."""
-            with step("calibration set: photos through the family's processor"):
-                return calibration.for_model(path, photos=STAGE_PHOTOS, sizes=STAGE_SIZES)
-
-        calibrated = (feeds, {"photos": list(STAGE_PHOTOS), "sizes": [list(s) for s in STAGE_SIZES],
-                              "how": "quantize/calibration.py"})
+    calibrated = calibration.stage_set(path) if method == "static" or smooth else None
     fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range,
                            calibrated[0] if calibrated else None)
     config = {**config, "smooth": smooth} if method != "nbits" else config

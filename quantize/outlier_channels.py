@@ -32,7 +32,6 @@ without such channels (random weights have none) is left unchanged.
 from __future__ import annotations
 
 import gc
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -40,10 +39,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import TensorProto, helper
 
-from core import onnx_io
-from core.session import open_session
+from core import onnx_io, taps
 from quantize import quantizers
 
 #: Name suffix of the fp32 MatMul that takes a node's outlier input channels (the quantizers skip it).
@@ -60,37 +57,6 @@ DEFAULT_RATIO = 6.0
 MAX_FRACTION = 1 / 16
 
 Quantizer = Callable[[Path, Path, list[str]], None]
-
-
-def tap(model_file: Path, names: list[str], feeds: list[dict], threads: int,
-        reduce: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, list[np.ndarray]]:
-    """{tensor name: [its value at each feed]} for intermediate tensors of the main graph (`reduce(value)`
-    instead of the value when given: what is kept of a run stays small).
-
-    The graph is saved beside `model_file` (a new temporary name) with `names` as extra outputs (external weights resolve only
-    within the model's folder; the weights themselves are not copied) and run once per feed.
-    """
-    proto = onnx.load(str(model_file), load_external_data=False)
-    outputs = {o.name for o in proto.graph.output}
-    proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-                              for n in sorted(set(names) - outputs))
-    fd, name = tempfile.mkstemp(prefix=".tapped-", suffix=".onnx", dir=model_file.parent)  # a name nobody has
-    os.close(fd)
-    tapped = Path(name)
-    onnx.save(proto, str(tapped))
-    del proto
-    try:
-        session = open_session(tapped, threads)
-        got = [o.name for o in session.get_outputs()]
-        values: dict[str, list[np.ndarray]] = {n: [] for n in names}
-        for feed in feeds:
-            for name, value in zip(got, session.run(None, feed)):
-                if name in values:
-                    values[name].append(reduce(value) if reduce else value)
-        del session
-    finally:
-        tapped.unlink()
-    return values
 
 
 def channel_peaks(value: np.ndarray) -> np.ndarray:
@@ -114,7 +80,7 @@ def find(model_file: Path, feeds: list[dict], threads: int, ratio: float) -> Fou
     model = onnx_io.load(model_file)
     tensors = {node.name: (node.inputs[0].name, node.outputs[0].name) for node, _ in quantizers.quantizable(model)}
     del model
-    peaks = tap(model_file, sorted({name for pair in tensors.values() for name in pair}), feeds, threads,
+    peaks = taps.tap(model_file, sorted({name for pair in tensors.values() for name in pair}), feeds, threads,
                 reduce=channel_peaks)
     found: Found = {side: {} for side in SIDES}
     for node, pair in tensors.items():

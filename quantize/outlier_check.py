@@ -38,11 +38,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from core import onnx_io
+from core import onnx_io, taps
 from core import parity as metrics
 from core.progress import say, step
 from core.session import open_session
-from quantize import outlier_channels, outliers, quantizers
+from quantize import outliers, quantizers
 
 #: Quantizer signature: (model file in, model file out, names of the MatMuls to leave fp32).
 Quantizer = Callable[[Path, Path, list[str]], None]
@@ -93,8 +93,8 @@ def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, t
     """
     model = onnx_io.load(model_file)
     nodes = quantizers.quantizable(model)
-    taps = outlier_channels.tap(model_file, sorted({n.inputs[0].name for n, _ in nodes}), [feed], threads)
-    values = {name: found[0] for name, found in taps.items()}
+    tapped = taps.tap(model_file, sorted({n.inputs[0].name for n, _ in nodes}), [feed], threads)
+    values = {name: found[0] for name, found in tapped.items()}
     records = []
     for node, weight_name in nodes:
         x = values[node.inputs[0].name]

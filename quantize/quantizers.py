@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantCo
 
 from core import cpu, onnx_io
 from core.errors import UsageError
+from quantize import gptq
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
 #: The op each quantizer leaves in place of a quantized MatMul (what the reports count).
@@ -68,14 +70,18 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 
 
-#: How MatMulNBits weights are rounded: "rtn" (round to nearest, per block; ORT's default quantizer) or "hqq"
+#: How MatMulNBits weights are rounded: "rtn" (round to nearest, per block; ORT's default quantizer), "hqq"
 #: (Half-Quadratic Quantization: scales and float zero points fitted per block by a proximal solver, no
-#: calibration data; ORT's implementation runs on torch, so it needs torch installed, as `make export` has).
-ALGORITHMS = ("rtn", "hqq")
+#: calibration data; ORT's implementation runs on torch, so it needs torch installed, as `make export` has) or
+#: "gptq" (rounding errors pushed where the calibration inputs have little energy, `quantize.gptq`; needs
+#: calibration feeds).
+ALGORITHMS = ("rtn", "hqq", "gptq")
 
 
-def nbits(bits: int, block_size: int, symmetric: bool, accuracy_level: int, algorithm: str = "rtn"):
-    """(file -> file MatMulNBits quantizer, its settings) after checking them (UsageError naming the option)."""
+def nbits(bits: int, block_size: int, symmetric: bool, accuracy_level: int, algorithm: str = "rtn",
+          feeds: Callable[[], list[dict]] | None = None, threads: int = 0):
+    """(file -> file MatMulNBits quantizer, its settings) after checking them (UsageError naming the option).
+    `feeds()`: the calibration set of "gptq" (made on first use); `threads`: for its calibration runs."""
     if block_size not in BLOCK_SIZES:
         raise UsageError(f"--block-size must be one of {', '.join(map(str, BLOCK_SIZES))}, got {block_size}")
     if accuracy_level not in ACCURACY_LEVELS:
@@ -87,7 +93,23 @@ def nbits(bits: int, block_size: int, symmetric: bool, accuracy_level: int, algo
     settings = {"bits": bits, "block_size": block_size, "symmetric": symmetric, "accuracy_level": accuracy_level}
     if algorithm != "rtn":
         settings["algorithm"] = algorithm
+    if algorithm == "gptq":
+        if feeds is None:
+            raise ValueError("algorithm 'gptq' needs feeds (the calibration set)")
+        return partial(gptq_nbits, bits=bits, block_size=block_size, symmetric=symmetric,
+                       accuracy_level=accuracy_level, feeds=feeds, threads=threads), settings
     return partial(matmul_nbits, **settings), settings
+
+
+def gptq_nbits(src: Path, dst: Path, skip: list[str], bits: int, block_size: int, symmetric: bool,
+               accuracy_level: int, feeds: Callable[[], list[dict]], threads: int) -> None:
+    """`src` -> `dst` with GPTQ-rounded MatMulNBits (`quantize.gptq`), calibrated on `src` itself at `feeds()`.
+    A model whose inputs the feeds do not feed (the outlier check's one-MatMul models) is rounded to nearest
+    instead: its sensitivity ranking is RTN's (a documented approximation, as for static int8)."""
+    items = feeds()
+    if not items or set(items[0]) != set(onnx_io.input_names(onnx.load(str(src), load_external_data=False))):
+        return matmul_nbits(src, dst, skip, bits, block_size, symmetric, accuracy_level)
+    gptq.quantize(src, dst, skip, bits, block_size, symmetric, accuracy_level, items, threads)
 
 
 def matmul_nbits(src: Path, dst: Path, skip: list[str], bits: int, block_size: int, symmetric: bool,

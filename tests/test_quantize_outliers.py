@@ -6,10 +6,10 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from core import onnx_io
+from core import onnx_io, taps
 from core.session import open_session
 from families import QWEN3_VL
-from quantize import outlier_channels, outlier_check, outliers, quantizers, stage
+from quantize import outlier_check, outliers, quantizers, stage
 from tests import test_quantize_support as support
 
 
@@ -106,7 +106,7 @@ def test_the_gate_copy_has_outlier_channels_in_the_first_blocks_layernorm_input(
     assert outlier_check.GATE_WRITERS == "embedding" and [w["op"] for w in record["writers"]] == ["Conv"]
     stream = first_block_stream(onnx_io.load(stressed)).name
     feed = QWEN3_VL.layout_inputs({"grid_thw": [[1, 16, 16], [2, 8, 12]]}, {}, np.random.default_rng(0))
-    value = outlier_channels.tap(stressed, [stream], [feed], 1)[stream][0]
+    value = taps.tap(stressed, [stream], [feed], 1)[stream][0]
     peak = np.abs(value).max(axis=0)
     ratio = peak[record["channels"]] / np.median(np.delete(peak, record["channels"]))
     assert ratio.min() >= 20, ratio
