@@ -22,6 +22,12 @@ import numpy as np
 Inputs = dict[str, np.ndarray]
 Metadata = dict[str, str]  # ONNX metadata_props as written by the export stage
 
+#: The consumers' contract: the name of every family's first output, the image (and video) features the
+#: language model takes. transformers.js (4.3.1: `encode_image` reads `.image_features` of the `vision_encoder`
+#: session) and onnxruntime-genai (the vision model's `image_features`) read it by this name; every stage and
+#: every package variant carries it. Extra outputs (Qwen3-VL's DeepStack features) follow it.
+FEATURES = "image_features"
+
 
 @dataclass
 class Pack:

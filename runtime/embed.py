@@ -7,7 +7,7 @@ outputs are split back per entry. FILE.npz holds:
 - `entries`: str [num_entries], `image_0`, `image_1`, ... in the order given, then `video`;
 - `ENTRY.source`: str [files] the file(s) of the entry (a video's frames in order);
 - Qwen3-VL: `ENTRY.grid_thw` int64 [3] (t, h, w in patches) and one array per model output,
-  `ENTRY.image_embeds` [t*h*w/4, out_hidden], `ENTRY.deepstack_embeds_K` likewise;
+  `ENTRY.image_features` [t*h*w/4, out_hidden], `ENTRY.deepstack_embeds_K` likewise;
 - Phi-4-multimodal (images only): `ENTRY.image_size` int64 [2] (HD canvas height, width),
   `ENTRY.num_crops` int64 (with the global crop), `ENTRY.image_features` [tokens, out_hidden].
 Bad input (unreadable image, empty folder, a package of another model, ...) is one `error:` line and

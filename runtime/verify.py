@@ -28,6 +28,7 @@ from core import onnx_io, session
 from core.errors import CheckFailed, UsageError
 from core.progress import say
 from families import family
+from families.base import FEATURES
 from runtime import smoke, unpack
 
 TAG = "verify"
@@ -144,6 +145,11 @@ def check_variant_model(manifest: dict, variant: dict, folder: Path) -> dict[str
         if meta.get(key) != manifest[key]:
             fail(file, f"the model's metadata says {key} {meta.get(key)!r}, manifest.json says {manifest[key]!r}: "
                        "the package mixes models (or the manifest was edited)")
+    outputs = [o.name for o in proto.graph.output]
+    if not outputs or outputs[0] != FEATURES:
+        fail(file, f"its first output is {outputs[0] if outputs else 'missing'!r}, not {FEATURES!r}, the name "
+                   "transformers.js and onnxruntime-genai read the features by (families.base.FEATURES): "
+                   "rebuild the package from a current export")
     for what in ("inputs", "outputs"):
         actual = io_records(proto.graph.input if what == "inputs" else proto.graph.output)
         if actual != manifest[what]:

@@ -77,4 +77,4 @@ def test_runtime_encode_runs_a_good_pack(tiny_exports, tmp_path):
     assert runtime_cli.main(["encode", str(tiny_exports["torchscript"] / "model.onnx"),
                              "--inputs", str(inputs), "--out", str(out)]) == 0
     result = np.load(out)
-    assert result["image_embeds"].shape == (30, 96) and result["deepstack_embeds_1"].shape == (30, 96)
+    assert result["image_features"].shape == (30, 96) and result["deepstack_embeds_1"].shape == (30, 96)

@@ -53,7 +53,7 @@ def test_io_contract(tiny_exports, path):
 
     assert dims(model.graph.input) == {"pixel_values": ["num_patches", 1536], "grid_thw": ["num_images", 3]}
     assert dims(model.graph.output) == {
-        "image_embeds": ["num_tokens", 96], "deepstack_embeds_0": ["num_tokens", 96],
+        "image_features": ["num_tokens", 96], "deepstack_embeds_0": ["num_tokens", 96],
         "deepstack_embeds_1": ["num_tokens", 96]}
     meta = {p.key: p.value for p in model.metadata_props}
     assert meta["weights"] == "random" and meta["exporter"] == path

@@ -85,7 +85,7 @@ def test_package_layout(dist, build):
     assert (folder / "onnx/vision_encoder.onnx").read_bytes() == (build / "optimized/model.onnx").read_bytes()
     assert manifest["inputs"] == [{"name": "pixel_values", "dtype": "float32", "dims": ["num_patches", 1536]},
                                   {"name": "grid_thw", "dtype": "int64", "dims": ["num_images", 3]}]
-    assert [o["name"] for o in manifest["outputs"]] == ["image_embeds", "deepstack_embeds_0", "deepstack_embeds_1"]
+    assert [o["name"] for o in manifest["outputs"]] == ["image_features", "deepstack_embeds_0", "deepstack_embeds_1"]
     assert all(o["dims"] == ["num_tokens", 96] for o in manifest["outputs"])
     assert manifest["weights"] == {"source": "random", "seed": 0}
     assert manifest["export"]["path"] == "torchscript"
@@ -205,7 +205,7 @@ def test_verify_fails_on_tampered_manifest(dist, tmp_path, capsys):
     folder = copy_package(dist, tmp_path)
 
     def shrink(manifest):
-        manifest["smoke"][0]["outputs"]["image_embeds"] = [63, 96]
+        manifest["smoke"][0]["outputs"]["image_features"] = [63, 96]
 
     edit_manifest(folder, shrink)
     code, err = verify(folder, capsys)
@@ -440,3 +440,32 @@ def test_checkpoint_package_records_the_weights_and_its_processor(tmp_path, caps
     assert "trained weights from the checkpoint" in (folder / "README.md").read_text()
     code, err = verify(folder, capsys)
     assert code == 0, err
+
+
+def test_verify_requires_the_consumers_feature_name(dist, tmp_path, capsys):
+    """A package whose encoders name their features as before (image_embeds), made consistent everywhere else
+    (manifest I/O, file records, SHA256SUMS): verify names the output transformers.js and genai read."""
+    import hashlib
+
+    folder = copy_package(dist, tmp_path)
+    for path in sorted((folder / "onnx").glob("*.onnx")):
+        proto = onnx.load(str(path))
+        for node in proto.graph.node:
+            node.output[:] = ["image_embeds" if o == "image_features" else o for o in node.output]
+        proto.graph.output[0].name = "image_embeds"
+        onnx.save(proto, str(path))
+
+    def forge(manifest):
+        manifest["outputs"][0]["name"] = "image_embeds"
+        for rel, record in manifest["files"].items():
+            data = (folder / rel).read_bytes()
+            record.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+        for variant in manifest["variants"]:
+            variant["size"] = sum(manifest["files"][p]["size"] for p in variant["files"])
+
+    edit_manifest(folder, forge)
+    resign(folder)
+    code, err = verify(folder, capsys)
+    assert code == 1
+    line = single_error(err)
+    assert line.startswith("error: onnx/vision_encoder") and "'image_embeds', not 'image_features'" in line

@@ -46,7 +46,7 @@ def test_int4_quantizes_every_linear_layer(int4_folder):
     assert len(support.ops(model, "MatMulNBits")) == 4 * support.DEPTH + 2 * 3
     assert [n["op"] for n in report["fp32_weight_nodes"]] == ["Conv"]  # only the patch embedding
     outputs = report["validation"]["cases"][0]["outputs"]
-    assert set(outputs) == {"image_embeds", "deepstack_embeds_0", "deepstack_embeds_1"}
+    assert set(outputs) == {"image_features", "deepstack_embeds_0", "deepstack_embeds_1"}
     assert all(0.9 < o["cosine"] <= 1 + 1e-9 for c in report["validation"]["cases"] for o in c["outputs"].values())
     assert report["size_ratio"] < 1
 

@@ -19,7 +19,7 @@ from tests import test_quantize_support as support
 from tests.conftest import single_error
 
 LINEAR_LAYERS = 4 * support.DEPTH + 2 * 3  # qkv, proj, fc1, fc2 per block; fc1, fc2 per merger (1 + 2 deepstack)
-OUTPUTS = {"image_embeds", "deepstack_embeds_0", "deepstack_embeds_1"}
+OUTPUTS = {"image_features", "deepstack_embeds_0", "deepstack_embeds_1"}
 
 
 @pytest.fixture(scope="module")

@@ -98,8 +98,8 @@ def test_package_verify_and_embed_without_torch(venv, tiny_exports, tmp_path):
     assert done.returncode == 0, done.stderr
     check = ("import numpy as np, sys; d = np.load(sys.argv[1]); "
              "print([str(e) for e in d['entries']]); "
-             "[print(d[e + '.grid_thw'].tolist(), d[e + '.image_embeds'].shape, "
-             "bool(np.isfinite(d[e + '.image_embeds']).all())) for e in d['entries']]; "
+             "[print(d[e + '.grid_thw'].tolist(), d[e + '.image_features'].shape, "
+             "bool(np.isfinite(d[e + '.image_features']).all())) for e in d['entries']]; "
              "print('torch' in sys.modules)")
     done = run(venv, "-c", check, str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -91,7 +91,7 @@ def build_from_checkpoint(checkpoint: str) -> tuple[Qwen3VLVisionModel, Path]:
 
 
 class VisionEncoder(torch.nn.Module):
-    """The export graph: (pixel_values [N, 1536], grid_thw int64 [I, 3]) -> (image_embeds, *deepstack).
+    """The export graph: (pixel_values [N, 1536], grid_thw int64 [I, 3]) -> (image_features, *deepstack).
 
     Every grid-dependent tensor is computed by `grid` and handed to the tower through its precompute
     keyword arguments; attention runs per frame segment (see `patcher`, `segment_attention`). Outputs

@@ -8,8 +8,10 @@ Output:  image_features [num_image_tokens, out_hidden], rows in the order the ea
 Only num_images, max_num_crops and num_image_tokens vary; the crop geometry is fixed.
 """
 
+from families.base import FEATURES
+
 INPUT_NAMES = ("pixel_values", "image_attention_mask", "image_sizes")
-OUTPUT_NAME = "image_features"
+OUTPUT_NAME = FEATURES
 DIM_IMAGES, DIM_CROPS, DIM_TOKENS = "num_images", "max_num_crops", "num_image_tokens"
 # {input name: {axis: symbolic dim}} and the output's.
 DYNAMIC_AXES = {

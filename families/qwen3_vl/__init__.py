@@ -1,7 +1,7 @@
 """Qwen3-VL vision encoder: the family object (torch-free). The torch side is builders/qwen3_vl/.
 
 Inputs pixel_values float32 [num_patches, C*Tp*P*P], grid_thw int64 [num_images, 3]; outputs
-image_embeds and deepstack_embeds_0..k-1, each [num_tokens, out_hidden] (`contract`). A layout is
+image_features and deepstack_embeds_0..k-1, each [num_tokens, out_hidden] (`contract`). A layout is
 {"grid_thw": [[t, h, w], ...]}.
 """
 

@@ -2,7 +2,8 @@
 
 Inputs:  pixel_values float32 [num_patches, C*Tp*P*P] (1536 for 3 x 2 x 16 x 16),
          grid_thw     int64   [num_images, 3] (t, h, w in patches; h, w multiples of the merge size).
-Outputs: image_embeds [num_tokens, out_hidden], then deepstack_embeds_0..k-1 [num_tokens, out_hidden],
+Outputs: image_features [num_tokens, out_hidden] (`families.base.FEATURES`, the name transformers.js and
+         onnxruntime-genai read), then deepstack_embeds_0..k-1 [num_tokens, out_hidden],
          num_tokens = sum(t*h*w) / merge**2.
 """
 
@@ -11,16 +12,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from core.errors import UsageError
+from families.base import FEATURES
 
 INPUT_NAMES = ("pixel_values", "grid_thw")
-IMAGE_EMBEDS = "image_embeds"
+IMAGE_EMBEDS = FEATURES
 DIM_PATCHES, DIM_IMAGES, DIM_TOKENS = "num_patches", "num_images", "num_tokens"
 #: Largest patch count of one pack: beyond it sizes overflow int32 index math (and no machine has the memory).
 MAX_PATCHES = 2**31 - 1
 
 
 def output_names(num_deepstack: int) -> list[str]:
-    """['image_embeds', 'deepstack_embeds_0', ..., 'deepstack_embeds_{k-1}']."""
+    """['image_features', 'deepstack_embeds_0', ..., 'deepstack_embeds_{k-1}']."""
     return [IMAGE_EMBEDS] + [f"deepstack_embeds_{i}" for i in range(num_deepstack)]
 
 

@@ -71,6 +71,6 @@ from transformers import AutoImageProcessor
 processor = AutoImageProcessor.from_pretrained("PACKAGE")  # Qwen2VLImageProcessorPil: no torch needed
 batch = processor(images=[Image.open("photo.jpg")], return_tensors="np")
 session = ort.InferenceSession("PACKAGE/onnx/FILE", providers=["CPUExecutionProvider"])
-image_embeds, *deepstack = session.run(None, {"pixel_values": batch["pixel_values"].astype(np.float32),
+image_features, *deepstack = session.run(None, {"pixel_values": batch["pixel_values"].astype(np.float32),
                                               "grid_thw": batch["image_grid_thw"].astype(np.int64)})
 """
