@@ -48,7 +48,7 @@ def install(folder: Path) -> Path:
     for name in NODE_FILES:
         shutil.copyfile(NODE_DIR / name, folder / name)
     done = subprocess.run(["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=folder,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     if done.returncode:
         raise UsageError(f"npm ci in {folder} failed: {(done.stderr or done.stdout).strip().splitlines()[-1]}")
     return folder
@@ -72,7 +72,7 @@ def run_node(node: Path, package: Path, encoder: str, calls: list[list[Path]], o
     out.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(["node", str(node / "embed.mjs"), str(package.resolve()), encoder, str(out),
                            *[",".join(str(p.resolve()) for p in call) for call in calls]],
-                          cwd=node, capture_output=True, text=True)
+                          cwd=node, capture_output=True, text=True, check=False)
     if done.returncode:
         raise UsageError(f"transformers.js run failed: {done.stderr.strip().splitlines()[-1] if done.stderr else done.returncode}")
     records = json.loads(done.stdout.strip().splitlines()[-1])
