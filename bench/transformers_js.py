@@ -144,12 +144,12 @@ def default_calls(photos: dict[str, Path]) -> dict[str, list[Path]]:
 
 def markdown(result: dict) -> str:
     m = result["machine"]
-    lines = [f"# transformers.js against Python: {result['package']}", "",
-             f"Produced by `python -m bench.transformers_js --package {result['package']}`, {result['created']}, "
+    about = (f"Produced by `python -m bench.transformers_js --package {result['package']}`, {result['created']}, "
              f"{m['cpu']}; transformers.js {result['transformers_js']} (bench/node/package-lock.json) with "
              "onnxruntime-node against `python -m runtime embed` (transformers' Python processor, onnxruntime). "
              "Cosine: the worst per-token cosine over every output; pixels: |pixel_values difference| of the two "
-             "processors.", "",
+             "processors.")
+    lines = [f"# transformers.js against Python: {result['package']}", "", about, "",
              "| variant | call | grid | same grid | pixels max | pixels mean | min per-token cosine | max abs diff |",
              "|---|---|---|:---:|---:|---:|---:|---:|"]
     for r in result["records"]:
