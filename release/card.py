@@ -8,6 +8,7 @@ smoke shapes, how to run and verify it, versions, checksums.
 from __future__ import annotations
 
 from families import family
+from families.base import FEATURES
 
 
 def _mib(size: int) -> str:
@@ -137,6 +138,11 @@ def render(manifest: dict) -> str:
         "## Outputs",
         "",
         *io_table(manifest["outputs"]),
+        "",
+        (f"Every variant's first output is `{FEATURES}`, the name transformers.js (`encode_image` of the "
+         "`vision_encoder` session) and onnxruntime-genai read the features by; `python -m runtime verify` checks "
+         "it." + (" The other outputs (DeepStack) are not read by transformers.js 4.3.1, whose decoder takes none."
+                  if len(manifest["outputs"]) > 1 else "")),
         "",
         *[f"- `{sym}`: {meaning}" for sym, meaning in manifest["symbols"].items()],
         "",

@@ -103,6 +103,7 @@ def test_package_layout(dist, build):
         assert record["size"] == (folder / path).stat().st_size
     card = (folder / "README.md").read_text()
     assert "RANDOM weights" in card and "vision_encoder_q4.onnx" in card and "python -m runtime verify" in card
+    assert "first output is `image_features`" in card
 
 
 def test_preprocessor_loads_and_grids_like_the_smoke_inputs(dist):
