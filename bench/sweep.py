@@ -83,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5, help="timed rounds over all points (default 5)")
     parser.add_argument("--only", action="append", default=[], metavar="LABEL",
                         help="sweep only the points whose label contains this (repeatable)")
+    parser.add_argument("--skip", action="append", default=[], metavar="LABEL",
+                        help="leave out the points whose label contains this (repeatable; the report lists them)")
     parser.add_argument("--report-only", action="store_true",
                         help="no building or timing: apply the choice rule to the last run's JSON and rewrite its "
                              "table and plot")
@@ -221,7 +223,9 @@ def main(argv=None) -> int:
         return write_report(args.out, stem, md_name, json.loads(last.read_text()))
     root = args.build / args.model
     optimized = stage_model(args.build, args.model)
-    points = [p for p in POINTS if not args.only or any(o in p[0] for o in args.only)]
+    points = [p for p in POINTS if (not args.only or any(o in p[0] for o in args.only))
+              and not any(s in p[0] for s in args.skip)]
+    skipped = [p[0] for p in POINTS if p not in points]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
     built = build_points(root, points)
     failed = [p for p in built if "error" in p]
@@ -246,7 +250,7 @@ def main(argv=None) -> int:
             f"worst {r['worst_token_cosine'] or float('nan'):.5f}")
     result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "grid_thw": grid, "threads": 1, "cases": CASES,
               "reps": args.reps, "weights": "random (seed 0), realistic and worst-case outlier stress",
-              "photos": photos,
+              "photos": photos, "not_run": skipped,
               "floors": FLOORS,
               "machine": machine(), "started": started, "load_average_start": load_start,
               "load_average_end": load_average(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -58,6 +58,8 @@ def markdown(result: dict, png: str) -> str:
                      f"{r['fp32_matmuls_excluded']} | {r.get('int8_matmuls', 0)} | `{' '.join(r['flags'])}` |")
     for p in result.get("failed", []):
         lines.append(f"| {p['label']} | failed ({p['error']}) | | | | | | | | | | `{' '.join(p['flags'])}` |")
+    if result.get("not_run"):
+        lines += ["", f"Not run this time (`--only` / `--skip`): {', '.join(result['not_run'])}."]
     lines += ["", f"Choice: {best['rule']}.", ""]
     for stage in ("int8", "int4"):
         if stage not in best or stage not in floors:
