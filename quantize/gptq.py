@@ -88,32 +88,30 @@ def round_weight(weight: np.ndarray, hessian: np.ndarray, bits: int, block_size:
     return ints, scales, zeros.astype(np.uint8)
 
 
-def hessians(model_file: Path, names: dict[str, int], feeds: list[dict], threads: int) -> dict[str, np.ndarray]:
-    """{MatMul input name: sum of x^T x over every token of every feed} ([K, K] float64), `names`: {input
-    name: K}. Inputs are tapped in groups whose Hessians fit HESSIAN_BUDGET; each group is one run per feed."""
-    found: dict[str, np.ndarray] = {}
-    group: list[str] = []
-    groups: list[list[str]] = []
+def groups(names: dict[str, int], budget: int = HESSIAN_BUDGET) -> list[list[str]]:
+    """The MatMul inputs `names` ({name: K}) in order, cut into groups whose float64 Hessians fit `budget` bytes."""
+    found: list[list[str]] = [[]]
     size = 0
     for name, k in names.items():
-        if group and size + k * k * 8 > HESSIAN_BUDGET:
-            groups.append(group)
-            group, size = [], 0
-        group.append(name)
+        if found[-1] and size + k * k * 8 > budget:
+            found.append([])
+            size = 0
+        found[-1].append(name)
         size += k * k * 8
-    if group:
-        groups.append(group)
-    for index, group in enumerate(groups, 1):
-        sums = {name: np.zeros((names[name], names[name])) for name in group}
+    return [g for g in found if g]
 
-        def add(name: str, value: np.ndarray, sums=sums) -> None:
-            x = value.reshape(-1, value.shape[-1]).astype(np.float64)
-            sums[name] += x.T @ x
 
-        say(f"  gptq: calibration inputs of {len(group)} MatMul input(s), group {index}/{len(groups)}")
-        taps.tap(model_file, group, feeds, threads, each=add)
-        found.update(sums)
-    return found
+def hessians(model_file: Path, names: dict[str, int], feeds: list[dict], threads: int) -> dict[str, np.ndarray]:
+    """{MatMul input name: sum of x^T x over every token of every feed} ([K, K] float64) for `names` ({input
+    name: K}): one run of the model per feed with those inputs tapped."""
+    sums = {name: np.zeros((k, k)) for name, k in names.items()}
+
+    def add(name: str, value: np.ndarray) -> None:
+        x = value.reshape(-1, value.shape[-1]).astype(np.float64)
+        sums[name] += x.T @ x
+
+    taps.tap(model_file, list(names), feeds, threads, each=add)
+    return sums
 
 
 def quantize(src: Path, dst: Path, skip: list[str], bits: int, block_size: int, symmetric: bool,
@@ -127,22 +125,25 @@ def quantize(src: Path, dst: Path, skip: list[str], bits: int, block_size: int, 
     targets = [n for n in model.graph.node if n.op_type == "MatMul" and n.name not in skip
                and n.input[1] in weights and len(weights[n.input[1]].dims) == 2]
     inputs = {n.input[0]: int(weights[n.input[1]].dims[0]) for n in targets}
-    found = hessians(src, inputs, feeds, threads)
     replaced: dict[str, onnx.NodeProto] = {}
     added: list[onnx.TensorProto] = []
-    for node in targets:
-        weight = numpy_helper.to_array(weights[node.input[1]], base_dir=str(src.parent))
-        ints, scales, zeros = round_weight(weight, found[node.input[0]], bits, block_size, symmetric)
-        blocks = ints.shape[0] // block_size
-        q_node, initializers = make_matmul_weight_only_node(
-            node=node, weight_shape=weight.shape, num_bits=bits, group_size=block_size, k_blocks=blocks,
-            q_weight=np.ascontiguousarray(ints.T).reshape(-1, block_size),
-            scale=np.ascontiguousarray(scales.T).reshape(-1, 1),
-            zero_point=None if symmetric else np.ascontiguousarray(zeros.T).reshape(-1, 1),
-            accuracy_level=accuracy_level)
-        replaced[node.name] = q_node
-        added += initializers
-    del found
+    cut = groups(inputs)
+    for index, group in enumerate(cut, 1):  # one group's Hessians in memory at a time
+        say(f"  gptq: {len(group)} MatMul input(s) at {len(feeds)} calibration item(s), group {index}/{len(cut)}")
+        found = hessians(src, {name: inputs[name] for name in group}, feeds, threads)
+        for node in (n for n in targets if n.input[0] in found):
+            weight = numpy_helper.to_array(weights[node.input[1]], base_dir=str(src.parent))
+            ints, scales, zeros = round_weight(weight, found[node.input[0]], bits, block_size, symmetric)
+            blocks = ints.shape[0] // block_size
+            q_node, initializers = make_matmul_weight_only_node(
+                node=node, weight_shape=weight.shape, num_bits=bits, group_size=block_size, k_blocks=blocks,
+                q_weight=np.ascontiguousarray(ints.T).reshape(-1, block_size),
+                scale=np.ascontiguousarray(scales.T).reshape(-1, 1),
+                zero_point=None if symmetric else np.ascontiguousarray(zeros.T).reshape(-1, 1),
+                accuracy_level=accuracy_level)
+            replaced[node.name] = q_node
+            added += initializers
+        del found
     nodes = [replaced.get(n.name, n) for n in model.graph.node]
     used = {i for n in nodes for i in n.input}
     kept = [t for t in model.graph.initializer if t.name in used or t.name not in {n.input[1] for n in targets}]
