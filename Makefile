@@ -10,13 +10,13 @@ BUILD := build/$(MODEL)
 # The INT8 and INT4 points of `make export`, chosen by `make bench`'s sweep at 2B dims (bench/results/sweep.md,
 # docs/quantization.md "How sweep points are chosen"; rule: of the shippable points, the fastest meeting every
 # floor of bench.sweep.FLOORS, else of those meeting the most, ties within 5% to the more accurate). Run of
-# 2026-11-25 (AMD EPYC without AVX-512/VNNI, one thread, 448x448): INT8 dynamic 7-bit with the outlier split is
-# 1.62x fp32 at min per-token cosine 0.99829 (random) / 0.99847 (realistic stress): accuracy floors met, the
-# 2.5x floor not on this CPU. INT4 block 128 asymmetric level 4 is the fastest INT4 (1.06x, 0.95095 / 0.97571,
-# 14% of fp32); no INT4 point reaches 0.98 on random weights (48 MatMuls at 8 bits: 0.97686, 0.88x).
+# 2026-11-25 (AMD EPYC with AVX-512 VNNI, one thread, 448x448): INT8 dynamic 7-bit with the outlier split is
+# 2.67x fp32 at min per-token cosine 0.99830 (random) / 0.99844 (realistic stress): every floor met. INT4 block
+# 128 asymmetric level 4 with the 48 most sensitive MatMuls at 8 bits is 1.67x, 20% of fp32, 0.97728 / 0.99010:
+# every floor but 0.98 on random weights (no INT4 point reaches it; plain b128 asym: 0.95119).
 # These are the commands' defaults for int8; bench.export_bench and bench.shipped read them from here.
 INT8_FLAGS ?= --method dynamic --reduce-range --outliers exclude
-INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4
+INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 48
 
 .PHONY: install export package test lint bench bench-export compare clean
 

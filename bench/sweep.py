@@ -165,7 +165,7 @@ def photo_accuracy(rows: list[dict], model_file: Path) -> dict:
     (static, GPTQ) is tuned to photos: this column shows it."""
     from quantize import calibration
 
-    held_out = [p for p in calibration.PHOTOS if p not in calibration.STAGE_PHOTOS][:3]
+    held_out = [p for p in calibration.PHOTOS if p not in (*calibration.STAGE_PHOTOS, calibration.VIDEO_PHOTO)][:3]
     feeds = calibration.for_model(model_file, photos=held_out, sizes=(PHOTO_SIZE,), video=False)
     say(f"accuracy on {len(feeds)} held-out photos ({', '.join(held_out)}) at {PHOTO_SIZE[0]}x{PHOTO_SIZE[1]}")
     reference = [open_session(model_file, 0).run(None, feed) for feed in feeds]

@@ -107,8 +107,8 @@ def hessians(model_file: Path, names: dict[str, int], feeds: list[dict], threads
     sums = {name: np.zeros((k, k)) for name, k in names.items()}
 
     def add(name: str, value: np.ndarray) -> None:
-        x = value.reshape(-1, value.shape[-1]).astype(np.float64)
-        sums[name] += x.T @ x
+        x = value.reshape(-1, value.shape[-1]).astype(np.float32)
+        sums[name] += x.T @ x  # one feed's product in float32 (a few thousand tokens), the sum in float64
 
     taps.tap(model_file, list(names), feeds, threads, each=add)
     return sums
