@@ -18,7 +18,7 @@ BUILD := build/$(MODEL)
 INT8_FLAGS ?= --method dynamic --reduce-range --outliers exclude
 INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 48
 
-.PHONY: install export package test lint bench bench-export compare clean
+.PHONY: install export package test lint bench bench-export bench-collection compare clean
 
 install: $(STAMP)
 
@@ -27,7 +27,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[export,dev]'
+	$(PY) -m pip install -q -e '.[export,dev,ray,genai]'
 	touch $(STAMP)
 
 # export -> surgery (the family's checks: Qwen3-VL debake + audit + claims, Phi-4-multimodal claims) -> optimize
@@ -44,10 +44,13 @@ export: $(STAMP)
 # Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,
 # preprocessor_config.json, manifest.json, README.md, SHA256SUMS) and dist/NAME.tar.gz (reproducible);
 # NAME is the export's model (qwen3-vl -> qwen3-vl-2b). SPEED=1 first times each variant for the model card.
-# Check it with `python -m runtime verify dist/NAME`.
+# Check it with `python -m runtime verify dist/NAME`. GENAI=1 CHECKPOINT=DIR (the checkpoint `make export` read)
+# also writes dist/MODEL-genai/, the folder onnxruntime-genai 0.18.0 loads (docs/genai.md).
 package: $(STAMP)
+	$(if $(GENAI),$(if $(CHECKPOINT),,$(error GENAI=1 needs CHECKPOINT=DIR, the full Qwen3-VL checkpoint the export read)))
 	$(if $(SPEED),$(PY) -m release speed $(BUILD))
 	$(PY) -m release package $(BUILD) --dist dist
+	$(if $(GENAI),$(PY) -m release genai $(BUILD) --checkpoint $(CHECKPOINT) --out dist/$(MODEL)-genai)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
@@ -67,6 +70,13 @@ bench: $(STAMP)
 # each in its own process, against the target of 4x the fp32 model: bench/results/export.md.
 bench-export: $(STAMP)
 	$(PY) -m bench.export_bench --model $(MODEL) --int8-flags "$(INT8_FLAGS)" --int4-flags "$(INT4_FLAGS)"
+
+# Throughput of `python -m runtime embed-collection` (images/s: --engine local with 1 and 2 threads, Ray with 1 and 2
+# actors) and its peak memory at 200 and 2,000 inputs, on the package dist/NAME of `make package`:
+# bench/results/collection.md. PACKAGE=dist/qwen3-vl-tiny for a quick run.
+PACKAGE ?= dist/qwen3-vl-2b
+bench-collection: $(STAMP)
+	$(PY) -m bench.collection --package $(PACKAGE)
 
 # Both pipelines side by side at published dims (export, graphs, sizes, parity, latency at 448x448 and 896x896):
 # docs/comparison.md and docs/comparison.json. Exports what is missing first (minutes and ~8 GB each).

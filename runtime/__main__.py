@@ -15,7 +15,7 @@ from core import onnx_io, session
 from core.errors import Parser, UsageError, main_wrapper
 from core.staging import check_result_file, staged_file
 from families import of_model
-from runtime import embed, verify
+from runtime import collection, embed, verify
 
 
 def check_finite(name: str, array: np.ndarray) -> None:
@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                                                      "checksums, manifest, every variant at the smoke sizes"))
     embed.add_arguments(sub.add_parser("embed", help="embeddings of image files (and one video of frames) from a "
                                                    "release package, one pack, written by image to an .npz"))
+    collection.add_arguments(sub.add_parser("embed-collection", help="embeddings of a whole collection (a folder, a "
+                                                                     "glob, a Parquet/CSV list) into a Parquet "
+                                                                     "dataset, resumable, on Ray or locally"))
 
     def body() -> int:
         args = parser.parse_args(argv)
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             return verify.run(args)
         if args.command == "embed":
             return embed.run(args)
+        if args.command == "embed-collection":
+            return collection.run(args)
         if args.threads is not None and args.threads < 1:
             raise UsageError(f"--threads must be >= 1, got {args.threads}")
         names = encode(args.model, args.inputs, args.out, args.threads, args.force, args.allow_nonfinite)

@@ -1,0 +1,285 @@
+"""`python -m runtime embed-collection PACKAGE INPUT OUT`: embeddings of a whole image collection into a
+Parquet dataset folder, resumable, on Ray Data (`--engine ray`, `runtime/collection_ray.py`) or in this
+process (`--engine local`), without torch.
+
+INPUT (a folder, a glob, or a .parquet/.csv list with a `path` column) and OUT (`part-*.parquet` rows plus
+`_collection.json`) are described in `runtime/collection_io.py`. The listing is split, in order, into chunks
+of `--batch` entries; a chunk is the unit of work of an engine (one Ray task on an actor) and becomes one part
+when it is done. Both engines make the same chunks and the same packs from the same pending list, and one
+`Embedder` turns each chunk into rows, so their outputs are the same bits.
+
+Packing (`Embedder.rows`): every entry is read (`runtime.images.load_rgb`) and preprocessed alone first
+(`Processing.embed_pack` on that entry: its token count; a corrupt file, or a size the processor refuses,
+becomes a row with status `error` and the message). Consecutive entries then go into one encoder call while
+their tokens stay within `--max-tokens` (Qwen3-VL: 4 patches per token; an entry larger than the budget runs
+alone; at most one video per call, as `embed_pack` takes one), preprocessed again as that pack by the family's
+own `embed_pack` (the second preprocessing costs 3-65 ms per image against 1.5-3.4 s of encoder per 448^2
+image at 2B dims). The pack's outputs are cut per entry by `runtime.embed.split`. A pack ONNX Runtime
+fails on is retried entry by entry, so only the failing entry becomes an error row.
+
+Measured (tiny Qwen3-VL package, ONNX Runtime 1.31.1 CPU, 1-3 threads; also the tiny Phi-4-multimodal package,
+whose packs pad crops): an image's outputs are the same bits whether it runs alone or in a pack, in any order
+and at any thread count; tests/test_embed_collection.py asserts it (Qwen3-VL) against single-image `embed`.
+
+Exit codes: 0 every row of OUT is `ok`; 1 OUT holds error rows (the rest is written); 2 bad input, nothing
+written; 130 interrupted (finished parts are kept; the same command resumes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core import console, session
+from core.errors import UsageError
+from core.progress import say
+from families import family
+from families.base import Pack
+from runtime import collection_io, embed, images, unpack
+from runtime.progress_bar import Bar
+from runtime.verify import sha256
+
+TAG = "embed-collection"
+ENGINES = ("ray", "local")
+BATCH = 16  # entries per chunk: one Ray task, one part
+MAX_TOKENS = 1024  # per encoder call (Qwen3-VL: 4,096 patches, about five 448x448 images)
+
+
+@dataclass
+class Prepared:
+    """One entry read and preprocessed alone: its files, decoded pixels (RGB uint8 [H, W, 3] per image or
+    frame) and its one-entry `Pack` (feeds, facts, token count)."""
+
+    path: str
+    file: Path
+    video: bool
+    pixels: list[tuple[Path, np.ndarray]]
+    pack: Pack
+
+    @property
+    def tokens(self) -> int:
+        return self.pack.tokens[0]
+
+
+class Embedder:
+    """One ONNX Runtime session of a package variant (`threads` intra-op); `rows` embeds one chunk.
+
+    `folder`: the unpacked package; `columns`: 'embedding' (the first output, image_features
+    [tokens, hidden]) then the DeepStack output names to keep (each [tokens, hidden])."""
+
+    def __init__(self, folder: str, variant: str, threads: int | None, max_tokens: int, columns: list[str],
+                 checksum: str):
+        self.folder = Path(folder)
+        manifest = embed.read_manifest(self.folder)
+        self.family = manifest["family"]
+        self.processing = family(self.family).processing
+        self.model = embed.model_file(self.folder, manifest, variant)
+        self.session = session.open_session(self.model, threads)
+        self.outputs = session.output_names(self.session)[: len(columns)]
+        self.variant, self.max_tokens, self.columns, self.checksum = variant, max_tokens, columns, checksum
+
+    def prepare(self, path: str, file: Path) -> Prepared:
+        """Read and preprocess one entry alone; UsageError (naming the file) when it cannot be."""
+        if file.is_dir():
+            frames = [(p, images.load_rgb(p)) for p in images.expand([file])]
+            return Prepared(path, file, True, frames, self.processing.embed_pack(self.folder, [], frames))
+        pixels = [(file, images.load_rgb(file))]
+        return Prepared(path, file, False, pixels, self.processing.embed_pack(self.folder, pixels, []))
+
+    def groups(self, prepared):
+        """Consecutive entries in packs of at most `max_tokens` tokens and one video (generator of lists)."""
+        group: list[Prepared] = []
+        for entry in prepared:
+            full = group and (sum(p.tokens for p in group) + entry.tokens > self.max_tokens
+                              or (entry.video and any(p.video for p in group)))
+            if full:
+                yield group
+                group = []
+            group.append(entry)
+        if group:
+            yield group
+
+    def run_group(self, group: list[Prepared]) -> list[dict]:
+        """Rows of one pack: images in order, then the video (the order `embed_pack` names them)."""
+        members = [p for p in group if not p.video] + [p for p in group if p.video]
+        try:
+            pack = members[0].pack if len(members) == 1 else self.processing.embed_pack(
+                self.folder, [px for p in members if not p.video for px in p.pixels],
+                next((p.pixels for p in members if p.video), []))
+        except UsageError:  # each entry preprocessed alone; a pack of them should too
+            return [row for p in members for row in self.run_group([p])]
+        feeds = embed.cast_feeds(self.session, pack.feeds, self.model.relative_to(self.folder), self.family)
+        try:
+            outputs = session.run(self.session, feeds)
+        except (*session.ORT_ERRORS, MemoryError) as err:
+            if len(members) > 1:
+                return [row for p in members for row in self.run_group([p])]
+            reason = "out of memory" if isinstance(err, MemoryError) else session.ort_error_line(err)
+            return [{"path": members[0].path, "error": f"ONNX Runtime failed on {members[0].file}: {reason}"}]
+        split = embed.split({name: outputs[name] for name in self.outputs}, pack)
+        return [{"path": p.path, "grid": np.concatenate([np.ravel(v) for v in facts.values()]),
+                 "features": [split[f"{name}.{output}"] for output in self.outputs]}
+                for p, name, facts in zip(members, pack.names, pack.facts)]
+
+    def rows(self, paths: list[str], files: list[str]):
+        """A pyarrow Table of the chunk's rows (`collection_io.SCHEMA_DOC`), one per entry, errors included."""
+        rows: list[dict] = []
+
+        def prepared():
+            for path, file in zip(paths, files):
+                try:
+                    yield self.prepare(path, Path(file))
+                except UsageError as err:
+                    rows.append({"path": path, "error": str(err)})
+
+        for group in self.groups(prepared()):
+            rows.extend(self.run_group(group))
+        return collection_io.rows_table(rows, self.columns, self.variant, self.checksum)
+
+
+def chunks(paths: list[str], size: int) -> list[tuple[list[str], list[str]]]:
+    """(paths as listed, absolute files) per chunk of `size` entries, in order."""
+    return [(paths[i:i + size], [os.path.abspath(p) for p in paths[i:i + size]]) for i in range(0, len(paths), size)]
+
+
+def checksum(folder: Path, manifest: dict, variant: str, model: Path) -> str:
+    """sha256 of the variant's ONNX file (as in SHA256SUMS; computed when the manifest has none); with external
+    data, sha256 of the `SHA256  FILE` lines of its files."""
+    record = next((v for v in manifest.get("variants", []) if isinstance(v, dict) and v.get("name") == variant), {})
+    files = record.get("files") or [model.relative_to(folder).as_posix()]
+    known = manifest.get("files", {})
+    sums = [(known.get(f) or {}).get("sha256") or sha256(folder / f) for f in files]
+    if len(files) == 1:
+        return sums[0]
+    return hashlib.sha256("".join(f"{s}  {f}\n" for s, f in sorted(zip(sums, files))).encode()).hexdigest()
+
+
+def run_local(work: list, settings: dict, write) -> None:
+    """The chunks one after another in this process, one session (`settings`: `Embedder`'s arguments)."""
+    embedder = Embedder(**settings)
+    for paths, files in work:
+        write(embedder.rows(paths, files))
+
+
+def default_engine() -> str:
+    from runtime import collection_ray
+
+    return "ray" if collection_ray.available() else "local"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("package", type=Path, help="dist/NAME or dist/NAME.tar.gz")
+    parser.add_argument("input", metavar="INPUT", help="a folder (recursive), a glob, or a .parquet/.csv list with "
+                                                       "a `path` column (a folder row is one video of its frames)")
+    parser.add_argument("out", type=Path, metavar="OUT", help="Parquet dataset folder (new, or an earlier OUT to resume)")
+    parser.add_argument("--variant", default="fp32", help="fp32 (default) or a quantized variant: q4, int8, ...")
+    parser.add_argument("--engine", choices=ENGINES, help="ray (default when ray is installed) or local")
+    parser.add_argument("--address", help="an existing Ray cluster (HOST:PORT of its head, or `auto`); default: a "
+                                          "local cluster started for the run")
+    parser.add_argument("--actors", type=int, help="Ray: sessions in the actor pool (default: CPUs // threads)")
+    parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads per session (local default: all "
+                                                    "cores; Ray default: 2, at most the CPUs)")
+    parser.add_argument("--batch", type=int, default=BATCH, help=f"entries per chunk: one task, one part "
+                                                                 f"(default {BATCH})")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
+                        help=f"patch budget of one encoder call, in output tokens (Qwen3-VL: 4 patches each; "
+                             f"default {MAX_TOKENS})")
+    parser.add_argument("--deepstack", action="store_true", help="also write the DeepStack features (Qwen3-VL)")
+
+
+def _check_numbers(args) -> None:
+    for name in ("actors", "threads", "batch", "max_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.engine == "local" and (args.address or args.actors):
+        raise UsageError("--address and --actors are for --engine ray; drop them or use --engine ray")
+
+
+class Writer:
+    """Writes each finished chunk's rows as a part of OUT and moves the progress bar; `start` creates OUT (once
+    the run is sure to go ahead) and starts the bar's clock."""
+
+    def __init__(self, out: Path, meta: dict, total: int):
+        self.out, self.meta, self.total = out, meta, total
+        self.bar: Bar | None = None
+        self.failed = 0
+
+    def start(self) -> None:
+        collection_io.start_out(self.out, self.meta)
+        self.bar = Bar(self.total, TAG)
+
+    @property
+    def done(self) -> int:
+        return self.bar.done if self.bar else 0
+
+    def __call__(self, table) -> None:
+        collection_io.write_part(self.out, table)
+        errors = table.num_rows - table.column("status").to_pylist().count("ok")
+        self.failed += errors
+        self.bar.update(table.num_rows, errors)
+
+
+def package_meta(folder: Path, manifest: dict, variant: str, deepstack: bool) -> dict:
+    """What `_collection.json` records; a rerun into the same OUT must give the same (checked by `check_out`)."""
+    outputs = [o.get("name") for o in manifest.get("outputs", []) if isinstance(o, dict)]
+    return {"format": collection_io.FORMAT, "package": manifest.get("name"), "family": manifest["family"],
+            "variant": variant, "checksum": checksum(folder, manifest, variant, embed.model_file(folder, manifest, variant)),
+            "columns": ["embedding", *(outputs[1:] if deepstack else [])],
+            "embedding": "flattened row-major float32 [tokens, hidden]; reshape with the `shape` column"}
+
+
+def run(args) -> int:
+    """The `embed-collection` subcommand (see the module docstring); returns the exit code."""
+    from runtime import collection_ray
+
+    _check_numbers(args)
+    engine = args.engine or default_engine()
+    if engine == "ray" and not collection_ray.available():
+        raise UsageError("--engine ray needs ray: pip install '.[ray]' (or use --engine local)")
+    collection_io.pyarrow_modules()
+    with unpack.opened(args.package) as folder:
+        manifest = embed.read_manifest(folder)
+        meta = package_meta(folder, manifest, args.variant, args.deepstack)
+        family(manifest["family"]).processing.load_processor(folder)
+        out = Path(os.path.abspath(args.out))
+        folders = [p for p in (args.input, args.package) if Path(p).is_dir()]  # OUT may sit beside a list file
+        done, old_errors = collection_io.check_out(out, folders, meta)
+        todo = collection_io.pending(args.input, done)
+        if done:
+            say(f"OUT already holds {len(done):,} entries; {len(todo):,} to go", TAG)
+        if not todo:
+            return summary(args.out, len(done), old_errors)
+        settings = {"folder": str(folder), "variant": args.variant, "max_tokens": args.max_tokens,
+                    "columns": meta["columns"], "checksum": meta["checksum"], "threads": args.threads}
+        work, write = chunks(todo, args.batch), Writer(out, meta, len(todo))
+        try:
+            if engine == "local":
+                write.start()
+                run_local(work, settings, write)
+            else:
+                with collection_ray.cluster(args.address) as cpus:  # bad --address: UsageError, nothing written
+                    write.start()
+                    collection_ray.run(work, settings, cpus, args.actors, args.threads, write)
+        except KeyboardInterrupt:
+            if write.bar and write.bar.live:
+                print(file=console.stream())
+            print(f"error: interrupted after {write.done:,} of {len(todo):,} entries; the finished parts in "
+                  f"{args.out} are kept: run the same command again to resume", file=console.stream())
+            return 130
+        write.bar.close()
+    return summary(args.out, len(done) + write.done, old_errors + write.failed)
+
+
+def summary(out: Path, rows: int, errors: int) -> int:
+    """The last line: what OUT holds; exit 1 when some rows are errors."""
+    print(f"wrote {out}: {rows:,} rows, {rows - errors:,} ok, {errors:,} error{'s' if errors != 1 else ''}")
+    if errors:
+        print(f"error: {errors:,} of {rows:,} entries could not be embedded: their rows in {out} have status "
+              "'error' and the reason in `error`", file=console.stream())
+        return 1
+    return 0
