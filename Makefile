@@ -2,6 +2,7 @@
 MODEL ?= qwen3-vl
 CHECKPOINT ?=
 DYNAMO ?=
+FP16 ?=
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -31,7 +32,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # export -> surgery (the family's checks: Qwen3-VL debake + audit + claims, Phi-4-multimodal claims) -> optimize
-# (the family's passes) -> int8, int4, each stage into build/MODEL/<stage>/ (model + self-contained report.json).
+# (the family's passes) -> int8, int4 (FP16=1: and fp16, docs/fp16.md), each stage into build/MODEL/<stage>/
+# (model + self-contained report.json).
 export: $(STAMP)
 	$(PY) -m builders.vision --model $(MODEL) \
 		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo) \
@@ -40,6 +42,7 @@ export: $(STAMP)
 	$(PY) -m quantize optimize $(BUILD)/surgery $(BUILD)/optimized
 	$(PY) -m quantize int8 $(BUILD)/optimized $(BUILD)/int8 $(INT8_FLAGS)
 	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(INT4_FLAGS)
+	$(if $(FP16),$(PY) -m quantize fp16 $(BUILD)/optimized $(BUILD)/fp16)
 
 # Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,
 # preprocessor_config.json, manifest.json, README.md, SHA256SUMS) and dist/NAME.tar.gz (reproducible);

@@ -1,11 +1,19 @@
 """Export a torch module to ONNX through TorchScript or torch.export, with contract dim names.
 
-Both paths take the same `IOSpec`. TorchScript gets `dynamic_axes`; torch.export gets `dynamic_shapes`
-with one named `Dim` per symbolic axis and runs `torch.export.export` first, so that a specialised or
-guarded dimension fails loudly here instead of silently inside the ONNX exporter.
+Both paths take the same `IOSpec`. TorchScript gets `dynamic_axes`; torch.export runs `torch.export.export`
+first, so that a specialised or guarded dimension fails loudly here instead of silently inside the ONNX
+exporter, with `dynamic_shapes` in one of two modes (`DYNAMIC_SHAPES`):
+- `named`: one named `Dim` per symbolic axis of the contract (a multiple of its step where the spec says so);
+  torch raises when it would specialise one;
+- `auto`: `Dim.AUTO` on every input dim; torch keeps symbolic what the model lets it and specialises the rest
+  silently. `auto_dims` then reads, per input dim, whether the program specialised it, and whether one of the
+  program's input guards pins a contract-dynamic dim to its example value; either refuses (UsageError, exit 2,
+  naming the dim and the guard). Dims the contract fixes (`pixel_values`' 1536) that torch left symbolic
+  are pinned to their example value in the ONNX inputs (`pin_static_dims`), so the I/O contract is the same.
 """
 
 import contextlib
+import inspect
 import io
 import tempfile
 import warnings
@@ -15,6 +23,12 @@ from pathlib import Path
 import onnx
 import onnx.inliner
 import torch
+
+from core.errors import UsageError
+
+#: The torch.export path's ways of declaring the variable dims (see the module docstring).
+DYNAMIC_SHAPES = ("named", "auto")
+DEFAULT_DYNAMIC_SHAPES = "named"
 
 
 @dataclass
@@ -100,16 +114,33 @@ def _tensor_proto(name: str, tensor: torch.Tensor) -> onnx.TensorProto:
     return onnx.numpy_helper.from_array(tensor.numpy(), name)
 
 
-def export_dynamo(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int) -> onnx.ModelProto:
-    """torch.export.export with named Dims, then torch.onnx.export of the ExportedProgram."""
+def dynamic_shapes(spec: IOSpec, args: tuple, mode: str) -> dict[str, dict[int, object]]:
+    """torch.export's `dynamic_shapes`: {input: {axis: Dim}}, named Dims of the contract or Dim.AUTO everywhere."""
+    if mode == "auto":
+        return {name: {axis: torch.export.Dim.AUTO for axis in range(arg.dim())}
+                for name, arg in zip(spec.input_names, args)}
+    if mode != "named":
+        raise UsageError(f"--dynamic-shapes must be one of {', '.join(DYNAMIC_SHAPES)}, got {mode!r}")
     dims = {}
     for name in spec.input_names:
         for dim in spec.dynamic_axes[name].values():
             step = spec.multiple_of.get(dim, 1)
             dims.setdefault(dim, step * torch.export.Dim(f"{dim}_div_{step}") if step > 1 else torch.export.Dim(dim))
-    dynamic_shapes = {name: {axis: dims[dim] for axis, dim in spec.dynamic_axes[name].items()}
-                      for name in spec.input_names}
-    program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes, strict=False)
+    return {name: {axis: dims[dim] for axis, dim in spec.dynamic_axes[name].items()} for name in spec.input_names}
+
+
+def export_dynamo(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int,
+                  dynamic: str = DEFAULT_DYNAMIC_SHAPES, facts: dict | None = None) -> onnx.ModelProto:
+    """torch.export.export (`dynamic`: named Dims or Dim.AUTO), then torch.onnx.export of the ExportedProgram.
+
+    With "auto", `facts` (when given) receives `auto_dims`' record; a contract-dynamic dim that torch
+    specialised or pinned raises UsageError before the ONNX export."""
+    program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes(spec, args, dynamic), strict=False)
+    record = {"mode": dynamic}
+    if dynamic == "auto":
+        record.update(auto_dims(program, module, args, spec))
+    if facts is not None:
+        facts.update(record)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         onnx_program = torch.onnx.export(
@@ -122,7 +153,120 @@ def export_dynamo(module: torch.nn.Module, args: tuple, spec: IOSpec, opset: int
             optimize=True,
             custom_translation_table=getattr(module, "onnx_translation_table", None),
         )
-    return onnx_program.model_proto
+    model = onnx_program.model_proto
+    if dynamic == "auto":
+        pin_static_dims(model, spec, args)
+    return model
+
+
+class _Sizes:
+    """An input as torch.export's guard code reads it (`L['x'].size()[0]`): sizes, contiguous strides."""
+
+    def __init__(self, shape: list[int]):
+        self.shape = tuple(shape)
+
+    def size(self) -> tuple[int, ...]:
+        return self.shape
+
+    def stride(self) -> tuple[int, ...]:
+        strides, step = [], 1
+        for dim in reversed(self.shape):
+            strides.append(step)
+            step *= dim
+        return tuple(reversed(strides))
+
+    def storage_offset(self) -> int:
+        return 0
+
+
+def _failing_guard(guards: list[str], params: list[str], shapes: list[list[int]]) -> tuple[str | None, list[str]]:
+    """(the first guard that fails for inputs of `shapes`, the guards that could not be evaluated)."""
+    scope = {"L": {p: _Sizes(s) for p, s in zip(params, shapes)}}
+    unreadable = []
+    for code in guards:
+        try:
+            if not eval(code, {"__builtins__": {"max": max, "min": min, "abs": abs}}, scope):
+                return code, unreadable
+        except Exception:  # noqa: BLE001 -- a guard this reader does not model: listed, not judged
+            unreadable.append(code)
+    return None, unreadable
+
+
+def auto_dims(program, module: torch.nn.Module, args: tuple, spec: IOSpec) -> dict:
+    """What torch.export did with Dim.AUTO on every input dim: {dims: [{input, axis, example, contract, torch[,
+    guard]}], specialised, pinned, guards, unreadable_guards, range_constraints}.
+
+    UsageError naming the dim and the guard when a dim the contract declares dynamic was specialised (an int
+    in the program's input shapes) or is pinned: one of the program's input guards fails when that contract
+    dim moves to its next admissible value (example + its step, `IOSpec.multiple_of`) in every input axis that
+    carries it (`num_images` is axis 0 of each Phi-4 input: guards relate them)."""
+    specs = [s for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    nodes = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    fake = [list(nodes[s.arg.name].meta["val"].shape) for s in specs]
+    params = list(inspect.signature(module.forward).parameters)
+    guards = list(getattr(program, "_guards_code", None) or [])
+    examples = [list(a.shape) for a in args]
+    dims, refused = [], []
+    for i, name in enumerate(spec.input_names):
+        for axis, entry in enumerate(fake[i]):
+            dynamic = spec.dynamic_axes.get(name, {}).get(axis)
+            record = {"input": name, "axis": axis, "example": examples[i][axis], "contract": dynamic or "static"}
+            if isinstance(entry, int):
+                mentioning = [g for g in guards if f"L['{params[i]}'].size()[{axis}]" in g]
+                record["torch"] = f"specialised to {entry}"
+                record["guard"] = (f"guard {mentioning[0]}" if mentioning else
+                                   "no guard: torch.export specialises every dim that is 0 or 1 in the example")
+                if dynamic:
+                    refused.append(record)
+            else:
+                record["torch"] = f"symbolic {entry}"
+            dims.append(record)
+    pinned = []
+    for dim in dict.fromkeys(d for axes in spec.dynamic_axes.values() for d in axes.values()):
+        carriers = [(i, axis) for i, name in enumerate(spec.input_names)
+                    for axis, d in spec.dynamic_axes.get(name, {}).items() if d == dim]
+        if not carriers or any(isinstance(fake[i][axis], int) for i, axis in carriers):
+            continue  # an output-only dim, or specialised (refused above)
+        moved = [list(shape) for shape in examples]
+        for i, axis in carriers:
+            moved[i][axis] += spec.multiple_of.get(dim, 1)
+        failing, _ = _failing_guard(guards, params, moved)
+        if failing is not None:
+            for record in dims:
+                if record["contract"] == dim:
+                    record["torch"] += f", pinned to {record['example']} by a guard"
+                    record["guard"] = f"guard {failing}"
+            pinned.append(dim)
+            refused.append(next(r for r in dims if r["contract"] == dim))
+    _, unreadable = _failing_guard(guards, params, examples)
+    facts = {"dims": dims, "specialised": [f"{d['input']}[{d['axis']}]" for d in dims if d["torch"].startswith("specialised")],
+             "pinned": pinned, "guards": guards, "unreadable_guards": unreadable,
+             "range_constraints": {str(k): str(v) for k, v in program.range_constraints.items()}}
+    if refused:
+        record = refused[0]
+        raise UsageError(
+            f"torch.export with Dim.AUTO made {record['input']} axis {record['axis']} ({record['contract']}, "
+            f"{record['example']} in the example) {record['torch']} ({record['guard']}); that dim must stay dynamic: "
+            "give an example with at least two items along it that differ from each other (--example-grid), or use "
+            "--dynamic-shapes named (torch then names the constraint it cannot meet)")
+    return facts
+
+
+def pin_static_dims(model: onnx.ModelProto, spec: IOSpec, args: tuple) -> list[str]:
+    """Give every input axis the contract fixes its example size when the exporter left it symbolic (Dim.AUTO
+    keeps `pixel_values`' 1536 symbolic, under a guard), here and wherever the graph names that symbol.
+    Returns the symbols pinned."""
+    pinned: dict[str, int] = {}
+    for value, arg in zip(model.graph.input, args):
+        dims = value.type.tensor_type.shape.dim
+        for axis, dim in enumerate(dims):
+            if axis not in spec.dynamic_axes.get(value.name, {}) and dim.HasField("dim_param"):
+                pinned[dim.dim_param] = int(arg.shape[axis])
+    for value in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in pinned:
+                dim.dim_value = pinned[dim.dim_param]
+    return sorted(pinned)
 
 
 def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -12,6 +12,7 @@ import json
 import platform
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", help="a config YAML file instead of --model")
     parser.add_argument("--checkpoint", help="save_pretrained folder (or hub id) of a Qwen3VLForConditionalGeneration")
     parser.add_argument("--dynamo", action="store_true", help="export through torch.export (default: TorchScript)")
+    parser.add_argument("--dynamic-shapes", choices=onnx_export.DYNAMIC_SHAPES,
+                        help="with --dynamo: named = one named Dim per dynamic axis of the I/O contract, auto = "
+                             "Dim.AUTO on every input dim, the dims torch specialised reported, refused when one the "
+                             f"contract needs dynamic was (default {onnx_export.DEFAULT_DYNAMIC_SHAPES})")
     parser.add_argument("--opset", type=int, help="ONNX opset (default: the config's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
     parser.add_argument("--example-grid", action="append", metavar="T,H,W",
@@ -81,6 +86,12 @@ def export(args: argparse.Namespace) -> int:
     # The registry is families.FAMILIES; each entry names its torch side (builders/<family>/family.py).
     fam = importlib.import_module(declared_family(config.family, f"config {config.path}").builder)
     exporter = "dynamo" if args.dynamo else "torchscript"
+    if args.dynamic_shapes and not args.dynamo:
+        raise UsageError("--dynamic-shapes applies to the torch.export path: add --dynamo")
+    shapes: dict = {}  # the dynamo path's record of its dynamic shapes (onnx_export.export_dynamo)
+    export_fn = EXPORTERS[exporter]
+    if args.dynamo:
+        export_fn = partial(export_fn, dynamic=args.dynamic_shapes or onnx_export.DEFAULT_DYNAMIC_SHAPES, facts=shapes)
     opset = args.opset if args.opset is not None else config.opset
     if not OPSETS[exporter][0] <= opset <= OPSETS[exporter][1]:
         raise UsageError(f"opset {opset} is not supported by the {exporter} path; use {OPSETS[exporter][0]}.."
@@ -98,8 +109,11 @@ def export(args: argparse.Namespace) -> int:
     inputs = fam.example_inputs(module, example, args.seed)
 
     with step(f"export through {exporter} (opset {opset}, example {shown})", timings, "export"):
-        model = EXPORTERS[exporter](fam.export_module(module), tuple(inputs[n] for n in spec.input_names), spec, opset)
+        model = export_fn(fam.export_module(module), tuple(inputs[n] for n in spec.input_names), spec, opset)
     peak_export = reports.peak_rss_mib()
+    if shapes.get("mode") == "auto":
+        say(f"Dim.AUTO: torch specialised {', '.join(shapes['specialised']) or 'no input dim'}; kept symbolic "
+            + ", ".join(f"{d['input']}[{d['axis']}]" for d in shapes["dims"] if d["torch"].startswith("symbolic")))
     onnx_export.name_io_dims(model, spec)
     onnx_export.set_metadata(model, {
         "model": config.name, "exporter": exporter, "weights": origin["weights"],
@@ -128,6 +142,7 @@ def export(args: argparse.Namespace) -> int:
             "family": config.family,
             **origin,
             "exporter": exporter,
+            **({"dynamic_shapes": shapes} if shapes else {}),
             "opset": opset,
             "example": json.loads(shown),
             "inputs": {n: spec.dynamic_axes[n] for n in spec.input_names},

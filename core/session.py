@@ -49,24 +49,27 @@ def ort_error_line(exc: BaseException) -> str:
     return prefix + message
 
 
-def _options(threads: int | None) -> ort.SessionOptions:
+def _options(threads: int | None, optimize: bool = True) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.log_severity_level = 4
     if threads:
         options.intra_op_num_threads = threads
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return options
 
 
-def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: int | None = None
-                 ) -> ort.InferenceSession:
-    """A CPU session for a model file, an onnx-ir model or a ModelProto (`threads`: intra-op, None = all).
+def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: int | None = None,
+                 optimize: bool = True) -> ort.InferenceSession:
+    """A CPU session for a model file, an onnx-ir model or a ModelProto (`threads`: intra-op, None = all;
+    `optimize=False`: ONNX Runtime's graph optimizations off, the graph runs node by node as written).
 
     An in-memory model is written to a temporary folder first (external data when large, so nothing is
     serialised whole past protobuf's limit; ORT cannot resolve external data of in-memory bytes).
     A model ORT refuses raises UsageError with ORT's reason on one line.
     """
     onnx_io.collect_for(src)  # a dropped onnx-ir model frees its weights before ORT loads another copy
-    options = _options(threads)
+    options = _options(threads, optimize)
     name = "the model" if isinstance(src, (ir.Model, onnx.ModelProto)) else str(src)
     try:
         if isinstance(src, (ir.Model, onnx.ModelProto)):

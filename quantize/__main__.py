@@ -1,4 +1,4 @@
-"""`python -m quantize {optimize,int8,int4} IN OUT ...`: the optimize, INT8 and INT4 stages.
+"""`python -m quantize {optimize,int8,int4,fp16} IN OUT ...`: the optimize, INT8, INT4 and fp16 stages.
 
 IN is a model.onnx (or a stage folder holding one); OUT is a stage folder that receives model.onnx
 (+ model.onnx.data when large) and report.json. Exit 0 on success, 1 when a pass breaks parity
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
-from quantize import int4, int8, optimize, outlier_channels, outlier_check, quantizers
+from quantize import fp16, fp16_plan, int4, int8, optimize, outlier_channels, outlier_check, quantizers
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -20,7 +20,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     opt = commands.add_parser("optimize", help="fuse for ONNX Runtime CPU (fp32)")
     int8_cmd = commands.add_parser("int8", help="weight INT8 (dynamic MatMulInteger, or MatMulNBits 8-bit)")
     int4_cmd = commands.add_parser("int4", help="weight-only INT4 (MatMulNBits)")
-    for sub in (opt, int8_cmd, int4_cmd):
+    fp16_cmd = commands.add_parser("fp16", help="float16 weights and activations, float32 where they would overflow")
+    for sub in (opt, int8_cmd, int4_cmd, fp16_cmd):
         sub.add_argument("input", type=Path, metavar="IN", help="model.onnx or a stage folder")
         sub.add_argument("out", type=Path, metavar="OUT", help="output stage folder")
         sub.add_argument("--threads", type=int, default=0, help="ORT intra-op threads for the checks (0: all)")
@@ -52,6 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")
     add_int8_options(int8_cmd)
     add_outlier_options(int4_cmd, "report")
+    add_fp16_options(fp16_cmd)
     args = parser.parse_args(argv)
     if args.command == "int8":
         check_int8_options(args)
@@ -110,6 +112,21 @@ def add_int8_options(sub: argparse.ArgumentParser) -> None:
     add_outlier_options(sub, "exclude")
 
 
+def add_fp16_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--min-cosine", type=float, default=fp16.DEFAULT_MIN_COSINE, metavar="COS",
+                     help="refuse (exit 2, nothing written) when the min per-token cosine against fp32, over the "
+                          "validation layouts, emulated and on the CPU EP, of the model and of its outlier-stress "
+                          f"copy, is below COS (default {fp16.DEFAULT_MIN_COSINE}; 0: no floor)")
+    sub.add_argument("--headroom", type=float, default=fp16_plan.DEFAULT_HEADROOM, metavar="H",
+                     help="keep float32 every node whose tensors reach max |x| > 65504 / H at the calibration "
+                          f"layouts (default {fp16_plan.DEFAULT_HEADROOM:g})")
+    sub.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                     help="keep float32 the nodes whose name matches this regex (repeatable)")
+    sub.add_argument("--outliers", default="exclude", choices=outlier_check.MODES,
+                     help="outlier-stress copy: exclude = its magnitudes keep nodes float32 too and its checks "
+                          "are gated (default), report = measured only, off")
+
+
 def check_int8_options(args: argparse.Namespace) -> None:
     """Refuse options of the other method; fill in the defaults of the chosen one."""
     nbits_only = {"--block-size": args.block_size, "--symmetric/--asymmetric": args.symmetric,
@@ -137,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             int8.run(args.input, args.out, args.method, args.per_channel, args.block_size, args.symmetric,
                      args.accuracy_level, args.exclude, args.outliers, args.stress_target, args.threads, args.force,
                      args.outlier_ratio, args.reduce_range, args.min_cosine, args.worst_case_budget, args.smooth)
+        elif args.command == "fp16":
+            fp16.run(args.input, args.out, args.threads, args.force, args.min_cosine, args.headroom, args.exclude,
+                     args.outliers)
         else:
             int4.run(args.input, args.out, args.block_size, args.symmetric, args.accuracy_level,
                      args.exclude, args.threads, force=args.force, outliers=args.outliers,

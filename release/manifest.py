@@ -11,7 +11,8 @@ same build folders give the same bytes. Keys:
 - `export`: {path (torchscript | dynamo), opset, example (the traced pack), tolerance}
 - `stages`: per stage its validation numbers (per case, worst over outputs: max_abs, max_rel,
   min_cosine of the flattened output, min_token_cosine of its rows, ok)
-- `variants`: per variant its file, stage, size, quantization settings and accuracy against fp32
+- `variants`: per variant its file, stage, size, quantization settings and accuracy against fp32 (fp16: emulated
+  float16 storage, `accuracy_vs_fp32`, and on the CPU EP, `accuracy_vs_fp32_cpu_ep`; the nodes kept fp32, `precision`)
 - `smoke`: per smoke size the inputs' shapes and the outputs' shapes of the fp32 model
 - `files`: {path: {sha256, size}} of every other file of the package (models, data, configs)
 """
@@ -112,7 +113,16 @@ def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> d
     val = report.get("validation", {})
     record["quantization"] = report.get("config", {})
     record["accuracy_vs_fp32"] = {"reference": f"{fp32.name} ({Path(report.get('input', '')).parent.name or '?'} stage)",
-                                  **{k: val[k] for k in ("max_abs", "min_cosine", "min_token_cosine") if k in val}}
+                                  **{k: val[k] for k in ("run", "max_abs", "min_cosine", "min_token_cosine") if k in val}}
+    if "cpu_execution_provider" in report:  # fp16: the figures above are emulated float16 storage
+        cpu_ep = report["cpu_execution_provider"]
+        record["accuracy_vs_fp32_cpu_ep"] = {k: cpu_ep[k] for k in ("run", "max_abs", "min_cosine", "min_token_cosine")
+                                             if k in cpu_ep}
+    if "precision" in report:
+        precision = report["precision"]
+        record["precision"] = {"fp16_nodes": precision.get("fp16_nodes"),
+                               "fp32_nodes": [{k: n.get(k) for k in ("node", "op", "reason")}
+                                              for n in precision.get("fp32_nodes", [])]}
     for key in ("quantized_nodes", "size_ratio", "outlier_stress"):
         if key in report:
             record[key] = report[key]

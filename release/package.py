@@ -1,10 +1,11 @@
 """Build a release package from the stage folders of one build (torch-free).
 
-`build/NAME/{export,surgery,optimized,int8,int4}/` -> `dist/PACKAGE/`:
+`build/NAME/{export,surgery,optimized,int8,int4,fp16}/` -> `dist/PACKAGE/`:
 
     onnx/vision_encoder.onnx [+ vision_encoder.onnx_data]   fp32 (see release/stages.py for which stage)
-    onnx/vision_encoder_int8.onnx, onnx/vision_encoder_q4.onnx   one per quantized stage present
-    config.json, preprocessor_config.json                  the family's `release` (families/<family>/release.py)
+    onnx/vision_encoder_fp16.onnx, _int8.onnx, _q4.onnx    one per fp16 / quantized stage present
+    config.json, preprocessor_config.json                  the family's `release` (families/<family>/release.py);
+                                                           config.json lists the variants (`onnx_variants`)
     manifest.json                                          release/manifest.py
     README.md                                              release/card.py (from the manifest alone)
     SHA256SUMS                                             `sha256sum -c` format, every other file
@@ -96,6 +97,7 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
                 onnx_io.copy_model(v.stage.model, onnx_dir, v.file, data_name=f"{v.file}_data")
         with step("write config.json and preprocessor_config.json", timings, "configs"):
             fam.release.write_config(export, metadata, tmp)
+            stages.list_in_config(tmp / "config.json", chosen)
             fam.release.write_processor(export, metadata, tmp)
         with step("run fp32 at the smoke sizes", timings, "smoke"):
             smoke_records = smoke_shapes(fam.name, tmp, onnx_dir / fp32.file, threads)

@@ -2,8 +2,9 @@
 which of them become the package's variants.
 
 fp32: the optimized stage when present (the fastest fp32 graph, validated against its input), else
-surgery, else the raw export. Quantized variants: every quantized stage present, named with the
-onnx-community / transformers.js suffix convention (`vision_encoder_int8.onnx`, `vision_encoder_q4.onnx`).
+surgery, else the raw export. Other variants: every fp16 or quantized stage present, named with the
+onnx-community / transformers.js dtype suffixes (`vision_encoder_fp16.onnx`, `vision_encoder_int8.onnx`,
+`vision_encoder_q4.onnx`); `config.json` lists them (`CONFIG_KEY`, `list_in_config`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ from pathlib import Path
 from core import onnx_io
 from core.errors import UsageError
 
-#: Stage folders in pipeline order.
-STAGES = ("export", "surgery", "optimized", "int8", "int4")
+#: Stage folders in pipeline order (fp16, int8 and int4 each read the optimized stage).
+STAGES = ("export", "surgery", "optimized", "int8", "int4", "fp16")
 #: fp32 candidates, preferred first.
 FP32_STAGES = ("optimized", "surgery", "export")
 #: Quantized stage -> variant suffix (transformers.js dtype names: `int8` -> `_int8`, `q4` -> `_q4`).
 QUANTIZED = {"int8": "int8", "int4": "q4"}
+#: Every stage that becomes a variant besides fp32 -> its suffix, in package order (dtype `fp16` -> `_fp16`).
+VARIANT_STAGES = {"fp16": "fp16", **QUANTIZED}
 BASE_NAME = "vision_encoder"
+#: The key of config.json that lists the package's variants: {dtype: file}.
+CONFIG_KEY = "onnx_variants"
 
 
 @dataclass
@@ -74,7 +79,23 @@ def read_build(build: str | Path) -> dict[str, Stage]:
 
 
 def variants(stages: dict[str, Stage]) -> list[Variant]:
-    """fp32 first, then one variant per quantized stage present."""
+    """fp32 first, then one variant per fp16 or quantized stage present (VARIANT_STAGES order).
+
+    UsageError when a variant's stage was made before the fp32 stage (`created` in the reports): it was
+    made from an earlier build (`make export` without FP16=1 leaves an older `fp16/` as it was)."""
     fp32 = next(stages[name] for name in FP32_STAGES if name in stages)
-    return [Variant("fp32", fp32)] + [Variant(suffix, stages[name]) for name, suffix in QUANTIZED.items()
-                                      if name in stages]
+    chosen = [Variant(suffix, stages[name]) for name, suffix in VARIANT_STAGES.items() if name in stages]
+    for v in chosen:
+        if v.stage.report.get("created", "") < fp32.report.get("created", ""):
+            raise UsageError(f"{v.stage.folder} ({v.stage.report.get('created')}) is older than the fp32 stage "
+                             f"{fp32.folder} ({fp32.report.get('created')}): it was made from an earlier "
+                             f"build; re-run the {v.stage.name} stage on it, or remove {v.stage.folder}")
+    return [Variant("fp32", fp32)] + chosen
+
+
+def list_in_config(config_file: Path, chosen: list[Variant]) -> dict:
+    """Add {dtype: `onnx/FILE`} of every variant to config.json under CONFIG_KEY; return the config."""
+    config = json.loads(config_file.read_text())
+    config[CONFIG_KEY] = {v.name: f"onnx/{v.file}" for v in chosen}
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return config

@@ -150,13 +150,14 @@ def _broken_models(work: Path) -> dict[str, Path]:
     ("empty", "is empty"), ("truncated", "is not an ONNX model"), ("text", "is not an ONNX model"),
     ("missing-data", "which is missing"), ("short-data", "is truncated"),
 ])
-@pytest.mark.parametrize("command", ["quantize-optimize", "quantize-int4", "surgery-audit", "surgery-debake",
-                                     "runtime-encode"])
+@pytest.mark.parametrize("command", ["quantize-optimize", "quantize-int4", "quantize-fp16", "surgery-audit",
+                                     "surgery-debake", "runtime-encode"])
 def test_broken_model_files(work, capsys, kind, words, command):
     model = _broken_models(work)[kind]
     argv = {
         "quantize-optimize": ["optimize", str(model), "out"],
         "quantize-int4": ["int4", str(model), "out"],
+        "quantize-fp16": ["fp16", str(model), "out"],
         "surgery-audit": ["audit", str(model)],
         "surgery-debake": ["debake", str(model), "out"],
         "runtime-encode": ["encode", str(model), "--inputs", "pack.npz", "--out", "out.npz"],

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import pytest
 
+from core.errors import UsageError
 from release import __main__ as release_cli
 from release import stages
 from release.package import package, sums_text
@@ -81,6 +82,8 @@ def test_package_layout(dist, build):
     assert manifest["family"] == "qwen3-vl" and manifest["model"] == NAME
     assert [(v["name"], v["stage"], v["file"]) for v in manifest["variants"]] == [
         ("fp32", "optimized", "onnx/vision_encoder.onnx"), ("q4", "int4", "onnx/vision_encoder_q4.onnx")]
+    assert json.loads((folder / "config.json").read_text())[stages.CONFIG_KEY] == {
+        "fp32": "onnx/vision_encoder.onnx", "q4": "onnx/vision_encoder_q4.onnx"}
     # fp32 is the optimized stage's model, byte for byte (no external data to rename)
     assert (folder / "onnx/vision_encoder.onnx").read_bytes() == (build / "optimized/model.onnx").read_bytes()
     assert manifest["inputs"] == [{"name": "pixel_values", "dtype": "float32", "dims": ["num_patches", 1536]},
@@ -273,12 +276,25 @@ def test_external_data_is_renamed_and_verified(tiny_exports, tmp_path, capsys):
 
 def test_variant_names_follow_the_suffix_convention(tmp_path):
     found = {name: stages.Stage(name, tmp_path, tmp_path / "model.onnx", {})
-             for name in ("export", "surgery", "optimized", "int8", "int4")}
+             for name in ("export", "surgery", "optimized", "int8", "int4", "fp16")}
     assert [(v.name, v.stage.name, v.file) for v in stages.variants(found)] == [
-        ("fp32", "optimized", "vision_encoder.onnx"), ("int8", "int8", "vision_encoder_int8.onnx"),
-        ("q4", "int4", "vision_encoder_q4.onnx")]
+        ("fp32", "optimized", "vision_encoder.onnx"), ("fp16", "fp16", "vision_encoder_fp16.onnx"),
+        ("int8", "int8", "vision_encoder_int8.onnx"), ("q4", "int4", "vision_encoder_q4.onnx")]
     del found["optimized"]
     assert stages.variants(found)[0].stage.name == "surgery"
+
+
+def test_a_variant_older_than_fp32_is_refused(tmp_path):
+    """`make export` without FP16=1 leaves an earlier build's fp16/ beside a new optimized/: not packaged."""
+    found = {"export": stages.Stage("export", tmp_path, tmp_path / "model.onnx", {"created": "2026-11-25T10:00:00"}),
+             "optimized": stages.Stage("optimized", tmp_path / "optimized", tmp_path / "model.onnx",
+                                       {"created": "2026-11-25T12:00:00"}),
+             "fp16": stages.Stage("fp16", tmp_path / "fp16", tmp_path / "model.onnx",
+                                  {"created": "2026-11-25T11:00:00"})}
+    with pytest.raises(UsageError, match="fp16 .*is older than the fp32 stage .*optimized"):
+        stages.variants(found)
+    found["fp16"].report["created"] = "2026-11-25T12:00:01"
+    assert [v.name for v in stages.variants(found)] == ["fp32", "fp16"]
 
 
 def _crafted(path: Path, member: tarfile.TarInfo, data: bytes = b"") -> Path:
