@@ -1,4 +1,4 @@
-"""Parity metrics of outputs against references (numpy only): one tolerance rule for every stage.
+"""Parity metrics of outputs against references, and a session run at every layout: one tolerance rule for every stage.
 
 The rule: an output matches when max |out - ref| <= tolerance * max(1, max |ref|) (float outputs;
 integer outputs must be equal). Per-token cosine: cosine of each row (token) of a 2-D output against
@@ -6,6 +6,8 @@ the reference row; the minimum over rows says how the worst token fares.
 """
 
 import numpy as np
+
+from core.session import owned
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -43,20 +45,29 @@ def compare(output: np.ndarray, reference: np.ndarray, tolerance: float | None =
     return record
 
 
+#: The cosine a row (or output) with a NaN or infinity gets: the worst there is, so that non-finite outputs never
+#: pass a cosine floor.
+NONFINITE_COSINE = -1.0
+
+
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return NONFINITE_COSINE
     denom = np.linalg.norm(a) * np.linalg.norm(b)
     return float(a @ b / denom) if denom else 1.0
 
 
 def min_token_cosine(output: np.ndarray, reference: np.ndarray) -> float:
-    """Smallest cosine between matching rows of 2-D outputs [tokens, hidden] (flattened otherwise)."""
+    """Smallest cosine between matching rows of 2-D outputs [tokens, hidden] (flattened otherwise); a row holding
+    NaN or infinity counts as NONFINITE_COSINE, a zero row as 1."""
     if output.ndim != 2 or not output.size:
         return _cosine(output.ravel().astype(np.float64), reference.ravel().astype(np.float64))
     a, b = output.astype(np.float64), reference.astype(np.float64)
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     dots = (a * b).sum(axis=1)
     cos = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 1.0)
-    return float(cos.min())
+    finite = np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1)
+    return float(np.where(finite, cos, NONFINITE_COSINE).min())
 
 
 def compare_all(outputs: dict[str, np.ndarray], references: dict[str, np.ndarray],
@@ -82,14 +93,14 @@ def worst(records: list[dict]) -> dict:
 
 def run_all(session, inputs: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
     """A session's outputs (in output order) for every feed."""
-    return [session.run(None, feed) for feed in inputs]
+    return [owned(session.run(None, feed)) for feed in inputs]
 
 
 def check(session, layouts: list[dict], inputs: list[dict[str, np.ndarray]],
           reference: list[list[np.ndarray]], tolerance: float | None) -> list[dict]:
     """Run `session` at every layout's feed against the reference outputs there (see `check_outputs`)."""
     names = [o.name for o in session.get_outputs()]
-    return check_outputs(names, layouts, [session.run(None, feed) for feed in inputs], reference, tolerance)
+    return check_outputs(names, layouts, run_all(session, inputs), reference, tolerance)
 
 
 def check_outputs(names: list[str], layouts: list[dict], outputs: list[list[np.ndarray]],

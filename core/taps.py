@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from core.session import open_session
+from core.session import open_session, owned
 
 
 def tap(model_file: Path, names: list[str], feeds: list[dict], threads: int,
@@ -42,7 +42,7 @@ def tap(model_file: Path, names: list[str], feeds: list[dict], threads: int,
         got = [o.name for o in session.get_outputs()]
         values: dict[str, list[np.ndarray]] = {n: [] for n in names}
         for feed in feeds:
-            for name, value in zip(got, session.run(None, feed)):
+            for name, value in zip(got, owned(session.run(None, feed))):
                 if name in values:
                     if each is not None:
                         each(name, value)

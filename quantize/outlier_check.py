@@ -41,7 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 from core import onnx_io, taps
 from core import parity as metrics
 from core.progress import say, step
-from core.session import open_session
+from core.session import open_session, outputs
 from quantize import outliers, quantizers
 
 #: Quantizer signature: (model file in, model file out, names of the MatMuls to leave fp32).
@@ -261,7 +261,7 @@ def worst_case(copy: Stressed, quantize: Quantizer, skip: list[str], layouts: li
                 break
             if len(copy.reference) <= n:
                 fp32 = fp32 or open_session(copy.path, threads)
-                copy.reference.append(fp32.run(None, inputs[i]))
+                copy.reference.append(outputs(fp32, inputs[i]))
             cases += metrics.check(quantized, [layouts[i]], [inputs[i]], [copy.reference[n]], tolerance=None)
     worst = metrics.worst(cases)
     return {

@@ -21,6 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from core.errors import CheckFailed, UsageError
+from core.session import owned
 from surgery.batch_constants import debatch
 from surgery.batch_contiguous import make_contiguous
 from surgery.batch_layout import Layout, compare_chunks, find_layouts
@@ -140,7 +141,7 @@ def verify(new: ir.Model, original: ir.Model, probe: dict[str, list[int]], batch
         names = [o.name for o in session.get_outputs()]
         for start in range(0, batch, chunk):
             part = {k: v[start:start + chunk] for k, v in feeds.items()}
-            refs.append(dict(zip(names, session.run(names, part))))
+            refs.append(dict(zip(names, owned(session.run(names, part)))))
     if layouts is None:
         layouts = {name: Layout(0, refs[0][name].shape[0], refs[0][name].shape[0]) for name in names}
     ok, worst = compare_chunks(got, refs, layouts)

@@ -1,0 +1,42 @@
+"""core.parity's per-token cosine on non-finite rows, and core.session's owned outputs."""
+
+import gc
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from core import parity
+from core.session import open_session, outputs
+
+
+def test_a_nonfinite_row_is_the_worst_cosine_not_a_perfect_one():
+    reference = np.ones((3, 4), np.float32)
+    output = reference.copy()
+    assert parity.min_token_cosine(output, reference) == 1.0
+    output[1, 2] = np.nan
+    assert parity.min_token_cosine(output, reference) == parity.NONFINITE_COSINE
+    output[1, 2] = np.inf
+    assert parity.min_token_cosine(output, reference) == parity.NONFINITE_COSINE
+    assert parity.min_token_cosine(np.array([np.nan, 1.0]), np.array([1.0, 1.0])) == parity.NONFINITE_COSINE
+    zero = np.zeros((2, 4), np.float32)
+    assert parity.min_token_cosine(zero, zero) == 1.0  # a zero row matches a zero row
+
+
+def test_kept_outputs_do_not_hold_onnx_runtime_memory(tmp_path):
+    """ORT returns views of its own buffers; `outputs` returns arrays that own their memory, so keeping them
+    keeps nothing of the session alive."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), path)
+    x = np.arange(-8, 8, dtype=np.float32).reshape(4, 4)
+    sess = open_session(path, 1)
+    raw = sess.run(None, {"x": x})[0]
+    kept = outputs(sess, {"x": x})[0]
+    assert not raw.flags.owndata  # what ORT 1.31 does; if this changes, `owned` is a harmless copy
+    assert kept.flags.owndata and kept.base is None
+    del sess, raw
+    gc.collect()
+    np.testing.assert_array_equal(kept, np.maximum(x, 0))
