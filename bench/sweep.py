@@ -9,7 +9,10 @@ realistic outlier-stress copy (the stage's gate: 4 residual channels 20-100x, wr
 embedding, as in trained ViTs) and on the worst-case copy (every writer of the stream scaled; reported only).
 The shipped point of each stage (what `make export` takes) is, of the shippable points (INT8: exact on every
 x86 CPU, i.e. not `--full-range`), the fastest that meets every floor of FLOORS[stage], else of those meeting
-the most, ties within 5% going to the more accurate (random weights, then realistic stress).
+the most; ties within 5% of the fastest go, for INT8, to the more accurate (random weights, then realistic
+stress), and for INT4, whose reason to exist is size, to the smaller file first (TIE_BREAKS): with VNNI the
+8-bit MatMulNBits kernel is as fast as the 4-bit one, and an accuracy tie-break would ship a "q4" with nearly
+every MatMul at 8 bits, larger than the INT8 variant.
 Writes bench/results/sweep-NAME.json, sweep.md (sweep-NAME.md for other models) and sweep-NAME.png (the
 Pareto plot: accuracy on the three weight sets against latency and against size).
 Torch-free; needs `make export MODEL=NAME` (or any build/NAME/optimized stage) first.
@@ -36,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
-INT4_MIXED = (24, 48)
+INT4_MIXED = (24, 48, 72, 96)
 POINTS = [
     ("int8 dynamic 7-bit", "int8", ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]),
     ("int8 dynamic 7-bit, smoothed", "int8",
@@ -190,25 +193,34 @@ def met(row: dict, floors: dict) -> dict[str, bool]:
             for key, value in floors.items()}
 
 
+def _accuracy(row: dict) -> tuple:
+    return (row["token_cosine"] or 0, row["stress_token_cosine"] or 0)
+
+
+#: What decides between points within 5% of the fastest (the larger key wins), per stage.
+TIE_BREAKS = {"int8": _accuracy, "int4": lambda row: (-row["size_ratio"], *_accuracy(row))}
+
+
 def choose(rows: list[dict], floors: dict = FLOORS) -> dict:
     """{"int8": label, "int4": label, "rule": ...} by the module docstring's rule."""
     best = {"rule": ("of the shippable points of each stage (INT8: not --full-range, exact on every x86 CPU), the "
-                     "fastest meeting every floor, else of those meeting the most floors, ties within 5% to the "
-                     "higher min per-token cosine on random weights, then on the realistic outlier stress"),
+                     "fastest meeting every floor, else of those meeting the most floors; ties within 5% of the "
+                     "fastest go, for INT8, to the higher min per-token cosine on random weights, then on the "
+                     "realistic outlier stress, and for INT4 to the smaller file, then the same accuracies"),
             "floors": floors}
     for stage, stage_floors in floors.items():
         candidates = [r for r in rows if r["stage"] == stage and shippable(r)]
         if candidates:
             most = max(sum(met(r, stage_floors).values()) for r in candidates)
             best[stage] = fastest_or_near([r for r in candidates if sum(met(r, stage_floors).values()) == most],
-                                          lambda r: (r["token_cosine"] or 0, r["stress_token_cosine"] or 0))
+                                          TIE_BREAKS[stage])
     return best
 
 
-def fastest_or_near(rows: list[dict], accuracy) -> str:
-    """Label of the most accurate (by `accuracy(row)`) of the rows within 5% of the fastest's median."""
+def fastest_or_near(rows: list[dict], preference) -> str:
+    """Label of the preferred (largest `preference(row)`) of the rows within 5% of the fastest's median."""
     fastest = min(r["median_s"] for r in rows)
-    return max((r for r in rows if r["median_s"] <= 1.05 * fastest), key=accuracy)["label"]
+    return max((r for r in rows if r["median_s"] <= 1.05 * fastest), key=preference)["label"]
 
 
 def main(argv=None) -> int:

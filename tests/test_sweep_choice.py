@@ -42,6 +42,15 @@ def test_ties_within_5_percent_go_to_the_more_accurate():
     assert sweep.choose(rows)["int4"] == "b"
 
 
+def test_int4_ties_within_5_percent_go_to_the_smaller_file():
+    rows = [row("72 at 8 bits", "int4", [], 3.624, 0.985, 0.993, 1.72, size=0.226),
+            row("96 at 8 bits", "int4", [], 3.627, 0.9985, 0.9996, 1.71, size=0.265),
+            row("int8", "int8", [], 2.3, 0.9983, 0.998, 2.67, size=0.258)]
+    assert sweep.choose(rows)["int4"] == "72 at 8 bits"
+    rows[0]["token_cosine"] = 0.975  # misses a floor: no longer a candidate
+    assert sweep.choose(rows)["int4"] == "96 at 8 bits"
+
+
 def test_every_dynamic_point_says_its_weight_range():
     dynamic = [flags for _, stage, flags in sweep.POINTS if "dynamic" in flags]
     assert dynamic and all(("--full-range" in f) != ("--reduce-range" in f) for f in dynamic)
