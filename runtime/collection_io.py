@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import UsageError
+from core.onnx_io import write_json
 from core.staging import check_folder_output
 from runtime import images
 
@@ -198,9 +199,7 @@ def start_out(out: Path, meta: dict) -> None:
         with contextlib.suppress(OSError):
             leftover.unlink()
     if not (out / META).is_file():
-        tmp = out / f".{META}.{uuid.uuid4().hex}.tmp"
-        tmp.write_text(json.dumps(meta, indent=2) + "\n")
-        os.replace(tmp, out / META)
+        write_json(out / META, meta)
 
 
 def write_part(out: Path, table) -> Path:
