@@ -35,10 +35,6 @@ STAGE = "package"
 DESCRIPTIONS = (MANIFEST, CARD, SUMS)
 
 
-def write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n")
-
-
 def smoke_shapes(family_name: str, folder: Path, model: Path, threads: int | None) -> list[dict]:
     """[{size, inputs: {name: shape}, values: {integer input: its values}, outputs: {name: shape}}] of the fp32
     model at the smoke sizes, with the processor of `folder`/preprocessor_config.json."""
@@ -107,7 +103,7 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
             proto = onnx_io.read_proto(onnx_dir / fp32.file)
             manifest = manifest_mod.build(name, fam, found, chosen, proto, smoke_records, files)
             manifest_mod.add_speed(manifest, Path(build), chosen)
-            write_json(tmp / MANIFEST, manifest)
+            onnx_io.write_json(tmp / MANIFEST, manifest)
             (tmp / CARD).write_text(card.render(manifest))
             (tmp / SUMS).write_text(sums_text(tmp, files))
     with step(f"write {out}.tar.gz", timings, "tarball"):
