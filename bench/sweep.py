@@ -30,16 +30,20 @@ import time
 from pathlib import Path
 
 from bench import sweep_report
-from bench.timing import grid_for, interleaved, load_average, pixels, stage_model
-from core import parity
+from bench.timing import interleaved, load_average, stage_model
+from core import onnx_io, parity
 from core.machine import machine
 from core.session import open_session
+from families import of_model
+from runtime import smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
-INT4_MIXED = (24, 48, 72, 96)
+#: INT4 mixed-precision points per family: how many of the model's MatMuls (Qwen3-VL 2B: 104; Phi-4-multimodal:
+#: 164 after its fused attention is unfused) go to 8-bit MatMulNBits, the most sensitive first.
+INT4_MIXED = {"qwen3-vl": (24, 48, 72, 96), "phi-4-mm": (48, 72, 96, 120)}
 POINTS = [
     ("int8 dynamic 7-bit", "int8", ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]),
     ("int8 dynamic 7-bit, smoothed", "int8",
@@ -59,17 +63,28 @@ POINTS = [
      ["--block-size", "128", "--asymmetric", "--algorithm", "gptq", "--accuracy-level", "4", "--outliers", "report"]),
     ("int4 b32 gptq a4", "int4",
      ["--block-size", "32", "--asymmetric", "--algorithm", "gptq", "--accuracy-level", "4", "--outliers", "report"]),
-] + [
-    (f"int4 b128 asym a4, {n} MatMuls 8-bit", "int4",
-     ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report", "--int8-matmuls", str(n)])
-    for n in INT4_MIXED
 ]
+
+
+def points(family: str) -> list[tuple[str, str, list[str]]]:
+    """POINTS plus the family's INT4 mixed-precision points (INT4_MIXED)."""
+    return POINTS + [
+        (f"int4 b128 asym a4, {n} MatMuls 8-bit", "int4",
+         ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report",
+          "--int8-matmuls", str(n)])
+        for n in INT4_MIXED[family]]
 FP32 = "fp32 (optimized)"
-#: The validation cases each point's accuracy is measured at (of the export's 13): the key size, a
-#: mixed-size pack, a video, a mixed image + video pack and the export example; bounds the sweep's
-#: cost (one stage per point at 2B dims). The shipped stages of `make export` check every layout.
-CASES = ("image 448x448", "pack 448x448 + 336x336", "video t=2 256x256", "pack image + video t=2 + image",
-         "export example")
+#: The validation cases each point's accuracy is measured at (of the family's validation layouts), per family: bounds
+#: the sweep's cost (one stage per point at 2B dims). The shipped stages of `make export` check every layout.
+#: Qwen3-VL: the key size, a mixed-size pack, a video, a mixed image + video pack and the export example (5 of 14).
+#: Phi-4-multimodal: one crop, three images of 2, 3 and 5 crops, padded patch rows and columns (4 of 9; its export
+#: example is 250x600 + 448x448, both covered; the 13-crop 1344x1792 layout is left to `make export`).
+CASES = {
+    "qwen3-vl": ("image 448x448", "pack 448x448 + 336x336", "video t=2 256x256", "pack image + video t=2 + image",
+                 "export example"),
+    "phi-4-mm": ("one crop 448x448", "three images 2, 3, 5 crops", "padded patch rows 250x600",
+                 "padded patch columns 600x250"),
+}
 #: The floors a shipped point must meet (issue 17): min per-token cosine against fp32 on random weights and on
 #: the realistic outlier stress, speed against optimized fp32 (448x448, one thread), size against fp32.
 FLOORS = {"int8": {"token_cosine": 0.998, "stress_token_cosine": 0.99, "speedup": 2.5},
@@ -106,13 +121,14 @@ def folder_name(label: str) -> str:
     return label.replace(" ", "-").replace(",", "")
 
 
-def build_points(root: Path, points: list[tuple]) -> list[dict]:
-    """Build (or reuse) every point's stage folder; [{label, stage, flags, folder, report | error}]."""
+def build_points(root: Path, points: list[tuple], cases: tuple[str, ...]) -> list[dict]:
+    """Build (or reuse) every point's stage folder, validated at `cases`; [{label, stage, flags, folder,
+    report | error}]."""
     from quantize import __main__ as quantize_cli  # the stages' own command, exactly as make runs it
     from quantize import outlier_check, weight_stage
 
     weight_stage.KEEP_PREPARED = True  # one reference run of the fp32 (and stressed) model for all points
-    weight_stage.CASES = CASES
+    weight_stage.CASES = cases
 
     optimized = root / "optimized" / "model.onnx"
     index_file = root / "sweep" / "index.json"
@@ -158,6 +174,15 @@ def summary(point: dict) -> dict:
             "int8_matmuls": len((report.get("mixed_precision") or {}).get("promoted", []))}
 
 
+def timing_feed(model_file: Path) -> dict:
+    """The one input every point is timed on: TIMING_PHOTO at SIZE through the family's processor (the photo's
+    pixels do not change the time; its layout is what a user's SIZE photo gets)."""
+    from quantize import calibration
+
+    return calibration.for_model(model_file, photos=(TIMING_PHOTO,), sizes=(SIZE,), video=False)[0]
+
+
+TIMING_PHOTO = "astronaut"
 #: Photos none of the stages calibrates on (quantize.calibration.STAGE_PHOTOS), at this size: the "photos" column.
 PHOTO_SIZE = (448, 448)
 
@@ -237,21 +262,24 @@ def main(argv=None) -> int:
         return write_report(args.out, stem, md_name, json.loads(last.read_text()))
     root = args.build / args.model
     optimized = stage_model(args.build, args.model)
-    points = [p for p in POINTS if (not args.only or any(o in p[0] for o in args.only))
+    family = of_model(onnx_io.metadata(optimized), optimized).name
+    cases = CASES[family]
+    every = points(family)
+    chosen = [p for p in every if (not args.only or any(o in p[0] for o in args.only))
               and not any(s in p[0] for s in args.skip)]
-    skipped = [p[0] for p in POINTS if p not in points]
+    skipped = [p[0] for p in every if p not in chosen]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    built = build_points(root, points)
+    built = build_points(root, chosen, cases)
     failed = [p for p in built if "error" in p]
     rows = [{"label": FP32, "stage": "fp32", "flags": [], "folder": str(optimized.parent),
              "mib": sum(f.stat().st_size for f in optimized.parent.glob("model.onnx*")) / 2**20,
              "size_ratio": 1.0, "token_cosine": 1.0, "cosine": 1.0, "stress_token_cosine": 1.0,
              "worst_token_cosine": 1.0, "quantized_nodes": 0, "fp32_matmuls_excluded": 0, "int8_matmuls": 0}] + [summary(p) for p in built if "error" not in p]
     photos = photo_accuracy(rows, optimized)
-    grid = grid_for(*SIZE)
-    feed = pixels(grid)
+    feed = timing_feed(optimized)
+    layout = smoke.integer_values(feed)
     load_start = load_average()
-    say(f"timing {len(rows)} points at {SIZE[0]}x{SIZE[1]} ({grid}), one thread, {args.reps} interleaved rounds")
+    say(f"timing {len(rows)} points at {SIZE[0]}x{SIZE[1]} ({layout}), one thread, {args.reps} interleaved rounds")
     sessions = {r["label"]: open_session(Path(r["folder"]) / "model.onnx", 1) for r in rows}
     timed = interleaved({label: (lambda s=s: s.run(None, feed)) for label, s in sessions.items()}, args.reps)
     del sessions
@@ -262,7 +290,7 @@ def main(argv=None) -> int:
         say(f"  {r['label']:45s} {r['median_s']:.3f} s  {r['speedup']:.2f}x  {r['mib']:.0f} MiB  "
             f"cos/token {r['token_cosine']:.5f}  stress {r['stress_token_cosine'] or float('nan'):.5f}  "
             f"worst {r['worst_token_cosine'] or float('nan'):.5f}")
-    result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "grid_thw": grid, "threads": 1, "cases": CASES,
+    result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "layout": layout, "threads": 1, "cases": cases,
               "reps": args.reps, "weights": "random (seed 0), realistic and worst-case outlier stress",
               "photos": photos, "not_run": skipped,
               "floors": FLOORS,

@@ -36,7 +36,7 @@ def markdown(result: dict, png: str) -> str:
          f"{result['finished']}. Machine: {describe(m)} (AVX-512: {m['avx512']}, AMX: {m['amx']}, VNNI: "
          f"{m.get('vnni')}), load average {result['load_average_start']} at the start, {result['load_average_end']} "
          f"at the end. Latency: medians of {result['reps']} rounds interleaved across all points, one thread, one "
-         f"{result['size']} image (grid {result['grid_thw']}), same input. Cosines: the worst per-token (per "
+         f"{result['size']} photo ({result.get('layout') or {'grid_thw': result.get('grid_thw')}}), same input. Cosines: the worst per-token (per "
          "output row) cosine against the fp32 model, every output, from each stage's report: random = the "
          f"model's own (random) weights at {', '.join(result.get('cases') or ['(all)'])}; realistic stress = the "
          "stage's gate, a copy whose residual stream carries 4 channels 20–100× written once by the patch "

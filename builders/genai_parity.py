@@ -108,6 +108,13 @@ def vision_outputs(model, inputs: dict[str, torch.Tensor]):
     return model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"], return_dict=True)
 
 
+def without_deepstack(features):
+    """`vision_outputs`' result with the DeepStack features left out, as genai runs (a shallow copy)."""
+    features = copy.copy(features)
+    features.deepstack_features = []
+    return features
+
+
 @torch.no_grad()
 def reference_logits(model, inputs: dict[str, torch.Tensor], tokens: list[int], features, deepstack: bool
                      ) -> np.ndarray:
@@ -115,8 +122,7 @@ def reference_logits(model, inputs: dict[str, torch.Tensor], tokens: list[int], 
     the last (teacher forcing), from `vision_outputs(model, inputs)`; `deepstack=False` keeps the image features
     and leaves the DeepStack ones out."""
     if not deepstack:
-        features = copy.copy(features)
-        features.deepstack_features = []
+        features = without_deepstack(features)
     prompt_len = inputs["input_ids"].shape[1]
     ids = torch.cat([inputs["input_ids"], torch.tensor([tokens[:-1]], dtype=torch.long)], dim=1)
     mm_types = torch.cat([inputs["mm_token_type_ids"], torch.zeros((1, len(tokens) - 1), dtype=torch.int32)], dim=1)

@@ -8,6 +8,7 @@ by its own processor (builders/genai_parity.py): with the DeepStack injection le
 logits agree to 1e-3; the difference with DeepStack in is printed. Bad input: one line, exit 2, nothing written.
 """
 
+import copy
 import json
 import re
 import shutil
@@ -19,8 +20,9 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 import pytest
+import torch
 
-from builders import genai_parity, random_checkpoint, vision
+from builders import deepstack_effect, genai_parity, random_checkpoint, vision
 from release import __main__ as release_cli
 from release import genai_checkpoint, genai_config, genai_embedding
 from runtime import sample_photos
@@ -85,6 +87,37 @@ def test_genai_generates_what_transformers_does_without_deepstack(made, model, p
     assert off[0] <= TOLERANCE and max(off) <= TOLERANCE, off
     assert result["tokens_transformers_no_deepstack"] == result["tokens_genai"]
     assert on[0] > 100 * TOLERANCE  # DeepStack matters: genai's results differ from transformers'
+
+
+def test_deepstack_effect_is_what_genai_leaves_out(made, model, capsys):
+    """`builders.deepstack_effect` (the 2B figure of docs/genai.md) on the tiny model: its DeepStack-off logits are
+    genai's (to 1e-3), its on-vs-off difference is real, and with the DeepStack mergers zeroed it is exactly 0."""
+    paths = [made.photos / "rocket.png"]
+    result = deepstack_effect.measure(made.ckpt, paths, "Describe the image.", model=model)
+    with capsys.disabled():
+        print("\n" + "\n".join(f"[deepstack rocket] {line}" for line in deepstack_effect.describe(result)))
+    genai = genai_parity.compare(made.pkg, made.ckpt, paths, "Describe the image.", steps=1, model=model)
+    # off vs genai and on vs genai bound on vs off from both sides (triangle inequality)
+    gap = genai["logits_max_abs_deepstack"][0]
+    assert abs(result["logits_max_abs"] - gap) <= genai["logits_max_abs_no_deepstack"][0] <= TOLERANCE
+    assert len(result["deepstack_to_image_norm"]) == len(model.config.vision_config.deepstack_visual_indexes)
+    assert all(np.isfinite(r) and r > 0 for r in result["deepstack_to_image_norm"])
+    assert result["hidden_min_token_cosine_image"] < 1 and result["hidden_min_token_cosine_text"] < 1
+
+    zeroed = copy.deepcopy(model)
+    with torch.no_grad():
+        for merger in zeroed.model.visual.deepstack_merger_list:
+            for p in merger.linear_fc2.parameters():
+                p.zero_()
+    none = deepstack_effect.measure(made.ckpt, paths, "Describe the image.", model=zeroed)
+    assert none["deepstack_to_image_norm"] == [0.0] * len(result["deepstack_to_image_norm"])
+    assert none["logits_max_abs"] == 0.0 and none["greedy_token_equal"]
+    assert none["hidden_min_token_cosine_image"] == pytest.approx(1, abs=1e-6)
+
+
+def test_deepstack_effect_bad_input_is_one_line_exit_2(made, tmp_path, capsys):
+    assert deepstack_effect.main([str(made.photos / "rocket.png"), "--checkpoint", str(tmp_path)]) == 2
+    assert "config.json does not exist" in single_error(capsys.readouterr().err)
 
 
 def test_processors_agree_but_for_the_resize_kernel_and_rounding_ties(made):
