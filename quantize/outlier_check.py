@@ -88,8 +88,9 @@ def _token_cosine(session, feeds: list[dict], references: list[list[np.ndarray]]
 def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, threads: int) -> list[dict]:
     """[{node, weight, shape, min_token_cosine}] of every quantizable MatMul alone, most sensitive first.
 
-    The MatMul inputs x [tokens, K] come from one fp32 run of `model_file` at `feed`; each one-node model
-    MatMul(x, W [K, M]) goes through `quantize` and is compared with x @ W in fp32 (numpy).
+    The MatMul inputs x [..., K] come from one fp32 run of `model_file` at `feed`, flattened to [tokens, K]
+    (Phi-4-multimodal's are [crops, patches, K]); each one-node model MatMul(x, W [K, M]) goes through
+    `quantize` and is compared with x @ W in fp32 (numpy).
     """
     model = onnx_io.load(model_file)
     nodes = quantizers.quantizable(model)
@@ -98,6 +99,7 @@ def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, t
     records = []
     for node, weight_name in nodes:
         x = values[node.inputs[0].name]
+        x = x.reshape(-1, x.shape[-1])
         weight = node.inputs[1].const_value.numpy()
         one = _one_matmul(node.name, x.shape[-1], weight)
         src, dst = work / "one.onnx", work / "one-q.onnx"
@@ -106,8 +108,7 @@ def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, t
         got = open_session(dst, threads).run(None, {"x": x})[0]
         ref = x @ weight
         records.append({"node": node.name, "weight": weight_name, "shape": list(weight.shape),
-                        "min_token_cosine": metrics.min_token_cosine(got.reshape(-1, got.shape[-1]),
-                                                                     ref.reshape(-1, ref.shape[-1]))})
+                        "min_token_cosine": metrics.min_token_cosine(got, ref)})
     return sorted(records, key=lambda r: r["min_token_cosine"])
 
 

@@ -1,18 +1,21 @@
 """Phi-4-multimodal through every stage of `make export` (tiny config), through the same commands as
 Qwen3-VL: export -> surgery stage (the family's checks) -> optimize (the family's passes) -> int8, int4, each
-stage's report self-contained (int8 too, as `make export` runs it); then `runtime encode` on the result, with the family's input checks."""
+stage's report self-contained (int8 and int4 with the Makefile's shipped options, as `make export` runs them); then `runtime encode` on the result, with the family's input checks."""
 
 import json
 
 import numpy as np
 import pytest
 
+from bench import shipped
 from builders import vision
 from families import PHI4_MM
 from quantize import __main__ as quantize_cli
 from runtime import __main__ as runtime_cli
 from surgery import cli as surgery_cli
 from tests.conftest import single_error
+
+SHIPPED = shipped.makefile_flags(shipped.ROOT / "Makefile")
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +26,8 @@ def stages(tmp_path_factory):
     assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(folders["export"])]) == 0
     assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
     assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
-    assert quantize_cli.main(["int8", str(folders["optimized"]), str(folders["int8"])]) == 0
-    assert quantize_cli.main(["int4", str(folders["optimized"]), str(folders["int4"])]) == 0
+    for stage in ("int8", "int4"):  # with the options `make export` ships (the Makefile's INT8_FLAGS / INT4_FLAGS)
+        assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), *SHIPPED[stage]]) == 0
     return folders
 
 
@@ -96,3 +99,11 @@ def test_compare_reads_the_stage_folders(stages, tmp_path):
     assert set(latency) == {"fp32", "int4"} and set(latency["fp32"]) == {"448x448", "896x896"}
     assert latency["fp32"]["896x896"]["tokens"] == 1329  # 1 + 4 crops: 32 * 33 + 1 + 16 * 17
     assert figures["summaries"][root.name]["ops_after"].get("com.microsoft.SkipLayerNormalization")
+
+
+def test_int4_mixed_precision_ranks_phi4_s_3d_matmuls(stages):
+    """`--int8-matmuls` ranks every MatMul by its 4-bit error alone; Phi-4's MatMul inputs are [crops, patches, K]."""
+    mixed = _report(stages["int4"])["mixed_precision"]
+    assert mixed["promoted"], mixed
+    assert all(-1 <= r["min_token_cosine"] <= 1 for r in mixed["sensitivity"])
+    assert mixed["nbits_by_bits"].get("8"), mixed["nbits_by_bits"]
