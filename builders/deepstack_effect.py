@@ -20,7 +20,6 @@ by transformers' own processor and tokenizer. `--json FILE` writes the result. N
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import torch
 
 from builders.genai_parity import load_model, reference_inputs, vision_outputs, without_deepstack
 from core.errors import Parser, UsageError, main_wrapper
+from core.onnx_io import write_json
 from core.progress import say
 
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in describe(result):
             say(line)
         if args.json:
-            args.json.write_text(json.dumps(result, indent=2) + "\n")
+            write_json(args.json, result)
         return 0
 
     return main_wrapper(run)

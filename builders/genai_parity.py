@@ -19,7 +19,6 @@ torch, transformers and onnxruntime-genai.
 from __future__ import annotations
 
 import copy
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from core.errors import Parser, UsageError, main_wrapper
+from core.onnx_io import write_json
 from core.progress import say
 from runtime import images as image_files
 
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in describe(result):
                 say(line)
         if args.json:
-            args.json.write_text(json.dumps(result, indent=2) + "\n")
+            write_json(args.json, result)
         return 0
 
     return main_wrapper(run)

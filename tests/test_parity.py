@@ -23,14 +23,20 @@ def test_a_nonfinite_row_is_the_worst_cosine_not_a_perfect_one():
     assert parity.min_token_cosine(zero, zero) == 1.0  # a zero row matches a zero row
 
 
-def test_kept_outputs_do_not_hold_onnx_runtime_memory(tmp_path):
-    """ORT returns views of its own buffers; `outputs` returns arrays that own their memory, so keeping them
-    keeps nothing of the session alive."""
+def _relu(folder):
+    """A one-Relu model file (x, y: float32 [n, 4])."""
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
-    path = tmp_path / "relu.onnx"
+    path = folder / "relu.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), path)
+    return path
+
+
+def test_kept_outputs_do_not_hold_onnx_runtime_memory(tmp_path):
+    """ORT returns views of its own buffers; `outputs` returns arrays that own their memory, so keeping them
+    keeps nothing of the session alive."""
+    path = _relu(tmp_path)
     x = np.arange(-8, 8, dtype=np.float32).reshape(4, 4)
     sess = open_session(path, 1)
     raw = sess.run(None, {"x": x})[0]
@@ -40,3 +46,10 @@ def test_kept_outputs_do_not_hold_onnx_runtime_memory(tmp_path):
     del sess, raw
     gc.collect()
     np.testing.assert_array_equal(kept, np.maximum(x, 0))
+
+
+def test_sessions_run_without_onnx_runtime_s_memory_pattern(tmp_path):
+    """Every stage's and the runtime's session plans memory tensor by tensor (core.session.MEMORY_PATTERN): with
+    dynamic shapes ORT's per-shape pattern held 5.9 instead of 4.0 GB at Phi-4's 13-crop layout."""
+    path = _relu(tmp_path)
+    assert open_session(path, 1).get_session_options().enable_mem_pattern is False
