@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
 from core import onnx_io, taps
@@ -90,25 +91,29 @@ def sensitivity(model_file: Path, quantize: Quantizer, feed: dict, work: Path, t
 
     The MatMul inputs x [..., K] come from one fp32 run of `model_file` at `feed`, flattened to [tokens, K]
     (Phi-4-multimodal's are [crops, patches, K]); each one-node model MatMul(x, W [K, M]) goes through
-    `quantize` and is compared with x @ W in fp32 (numpy).
+    `quantize` and is compared with x @ W in fp32 (numpy). Each tapped input is used as the run hands it over
+    and not kept (every MatMul input of Phi-4 at its export example is about 5 GB).
     """
     model = onnx_io.load(model_file)
     nodes = quantizers.quantizable(model)
-    tapped = taps.tap(model_file, sorted({n.inputs[0].name for n, _ in nodes}), [feed], threads)
-    values = {name: found[0] for name, found in tapped.items()}
-    records = []
+    readers: dict[str, list[tuple[str, str, ir.TensorProtocol]]] = {}  # tensor -> MatMuls reading it
     for node, weight_name in nodes:
-        x = values[node.inputs[0].name]
+        readers.setdefault(node.inputs[0].name, []).append((node.name, weight_name, node.inputs[1].const_value))
+    del model, nodes
+    records = []
+
+    def measure(tensor: str, x: np.ndarray) -> None:
         x = x.reshape(-1, x.shape[-1])
-        weight = node.inputs[1].const_value.numpy()
-        one = _one_matmul(node.name, x.shape[-1], weight)
-        src, dst = work / "one.onnx", work / "one-q.onnx"
-        onnx_io.save_proto(one, src)
-        quantize(src, dst, [])
-        got = open_session(dst, threads).run(None, {"x": x})[0]
-        ref = x @ weight
-        records.append({"node": node.name, "weight": weight_name, "shape": list(weight.shape),
-                        "min_token_cosine": metrics.min_token_cosine(got, ref)})
+        for name, weight_name, tensor_value in readers[tensor]:
+            weight = tensor_value.numpy()
+            src, dst = work / "one.onnx", work / "one-q.onnx"
+            onnx_io.save_proto(_one_matmul(name, x.shape[-1], weight), src)
+            quantize(src, dst, [])
+            got = open_session(dst, threads).run(None, {"x": x})[0]
+            records.append({"node": name, "weight": weight_name, "shape": list(weight.shape),
+                            "min_token_cosine": metrics.min_token_cosine(got, x @ weight)})
+
+    taps.tap(model_file, sorted(readers), [feed], threads, each=measure)
     return sorted(records, key=lambda r: r["min_token_cosine"])
 
 
