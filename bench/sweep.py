@@ -106,9 +106,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--report-only", action="store_true",
                         help="no building or timing: apply the choice rule to the last run's JSON and rewrite its "
                              "table and plot")
+    parser.add_argument("--shipped", action="store_true",
+                        help="build no points: time and compare the int8 and int4 stage folders `make export` made "
+                             "in BUILD/MODEL (the Makefile's flags; accuracy from their reports, every layout)")
     parser.add_argument("--build", type=Path, default=ROOT / "build")
     parser.add_argument("--out", type=Path, default=RESULTS)
     return parser.parse_args(argv)
+
+
+def shipped_points(root: Path) -> list[dict]:
+    """The int8 and int4 stages of `make export` in `root` as built points (labels say so; flags the Makefile's)."""
+    from bench import shipped
+
+    flags = shipped.makefile_flags(ROOT / "Makefile")
+    found = []
+    for stage in ("int8", "int4"):
+        report = root / stage / "report.json"
+        if not report.is_file():
+            print(f"error: {report} is missing: run `make export MODEL={root.name}` first", file=sys.stderr)
+            raise SystemExit(2)
+        found.append({"label": f"{stage} shipped (make export)", "stage": stage, "flags": flags[stage],
+                      "folder": str(root / stage), "report": json.loads(report.read_text())})
+    return found
 
 
 def fingerprint(model_file: Path, flags: list[str]) -> str:
@@ -269,7 +288,9 @@ def main(argv=None) -> int:
               and not any(s in p[0] for s in args.skip)]
     skipped = [p[0] for p in every if p not in chosen]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    built = build_points(root, chosen, cases)
+    if args.shipped:
+        chosen, skipped = [], [p[0] for p in every]
+    built = shipped_points(root) if args.shipped else build_points(root, chosen, cases)
     failed = [p for p in built if "error" in p]
     rows = [{"label": FP32, "stage": "fp32", "flags": [], "folder": str(optimized.parent),
              "mib": sum(f.stat().st_size for f in optimized.parent.glob("model.onnx*")) / 2**20,
@@ -290,7 +311,8 @@ def main(argv=None) -> int:
         say(f"  {r['label']:45s} {r['median_s']:.3f} s  {r['speedup']:.2f}x  {r['mib']:.0f} MiB  "
             f"cos/token {r['token_cosine']:.5f}  stress {r['stress_token_cosine'] or float('nan'):.5f}  "
             f"worst {r['worst_token_cosine'] or float('nan'):.5f}")
-    result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "layout": layout, "threads": 1, "cases": cases,
+    result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "layout": layout, "threads": 1,
+              "cases": ["every validation layout (the stages of make export)"] if args.shipped else cases,
               "reps": args.reps, "weights": "random (seed 0), realistic and worst-case outlier stress",
               "photos": photos, "not_run": skipped,
               "floors": FLOORS,
