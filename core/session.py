@@ -58,6 +58,24 @@ def ort_error_line(exc: BaseException) -> str:
 MEMORY_PATTERN = False
 
 
+#: At the end of every run ORT's CPU arena gives back to the system the memory it holds unused
+#: (`memory.enable_memory_arena_shrinkage`): without it, the arena keeps the high-water mark of the largest layout
+#: a session ever ran for as long as it lives. Measured on a 3-layer Phi-4-multimodal at published width (AMD EPYC):
+#: the optimize stage's peak 4751 -> 3645 MiB; speed: docs/export.md "Export cost".
+ARENA_SHRINKAGE = "cpu:0"
+
+
+class Session(ort.InferenceSession):
+    """`ort.InferenceSession` whose runs shrink its CPU arena at their end (ARENA_SHRINKAGE), unless a run is
+    given RunOptions of its own."""
+
+    def run(self, output_names, input_feed, run_options=None):
+        if run_options is None:
+            run_options = ort.RunOptions()
+            run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", ARENA_SHRINKAGE)
+        return super().run(output_names, input_feed, run_options)
+
+
 def _options(threads: int | None, optimize: bool = True) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.log_severity_level = 4
@@ -90,8 +108,8 @@ def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: i
                 else:
                     onnx_io.save_proto(src, path)
                 options.add_session_config_entry("session.use_ort_model_bytes_directly", "0")
-                return _checked(ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), name)
-        return _checked(ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"]), name)
+                return _checked(Session(str(path), options, providers=["CPUExecutionProvider"]), name)
+        return _checked(Session(str(src), options, providers=["CPUExecutionProvider"]), name)
     except ORT_ERRORS as exc:
         raise UsageError(f"ONNX Runtime cannot load {name}: {ort_error_line(exc)}") from None
 

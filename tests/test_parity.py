@@ -4,10 +4,11 @@ import gc
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from core import parity
-from core.session import open_session, outputs
+from core.session import Session, open_session, outputs
 
 
 def test_a_nonfinite_row_is_the_worst_cosine_not_a_perfect_one():
@@ -48,8 +49,14 @@ def test_kept_outputs_do_not_hold_onnx_runtime_memory(tmp_path):
     np.testing.assert_array_equal(kept, np.maximum(x, 0))
 
 
-def test_sessions_run_without_onnx_runtime_s_memory_pattern(tmp_path):
-    """Every stage's and the runtime's session plans memory tensor by tensor (core.session.MEMORY_PATTERN): with
-    dynamic shapes ORT's per-shape pattern held 5.9 instead of 4.0 GB at Phi-4's 13-crop layout."""
+def test_sessions_keep_no_more_memory_than_a_run_needs(tmp_path):
+    """Every stage's and the runtime's session plans memory tensor by tensor (core.session.MEMORY_PATTERN: with
+    dynamic shapes ORT's per-shape pattern held 5.9 instead of 4.0 GB at Phi-4's 13-crop layout) and gives its
+    arena's unused memory back after each run."""
     path = _relu(tmp_path)
-    assert open_session(path, 1).get_session_options().enable_mem_pattern is False
+    sess = open_session(path, 1)
+    assert sess.get_session_options().enable_mem_pattern is False
+    assert isinstance(sess, Session)  # every run shrinks ORT's arena at its end (core.session.ARENA_SHRINKAGE)
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x)
+    np.testing.assert_array_equal(sess.run(None, {"x": -x}, ort.RunOptions())[0], 0 * x)  # a run's own options
