@@ -42,8 +42,8 @@ RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
 #: INT4 mixed-precision points per family: how many of the model's MatMuls (Qwen3-VL 2B: 104; Phi-4-multimodal:
-#: 164 after its fused attention is unfused) go to 8-bit MatMulNBits, the most sensitive first.
-INT4_MIXED = {"qwen3-vl": (24, 48, 72, 96), "phi-4-mm": (48, 72, 96, 120)}
+#: 158 after its fused attention is unfused) go to 8-bit MatMulNBits, the most sensitive first.
+INT4_MIXED = {"qwen3-vl": (24, 48, 72, 96), "phi-4-mm": (72, 120, 144)}
 POINTS = [
     ("int8 dynamic 7-bit", "int8", ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]),
     ("int8 dynamic 7-bit, smoothed", "int8",
@@ -107,8 +107,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="no building or timing: apply the choice rule to the last run's JSON and rewrite its "
                              "table and plot")
     parser.add_argument("--shipped", action="store_true",
-                        help="build no points: time and compare the int8 and int4 stage folders `make export` made "
-                             "in BUILD/MODEL (the Makefile's flags; accuracy from their reports, every layout)")
+                        help="add the int8 and int4 stage folders `make export` made in BUILD/MODEL as points (the "
+                             "Makefile's flags; accuracy from their reports, every layout); without --only, build "
+                             "no other point")
     parser.add_argument("--build", type=Path, default=ROOT / "build")
     parser.add_argument("--out", type=Path, default=RESULTS)
     return parser.parse_args(argv)
@@ -288,9 +289,9 @@ def main(argv=None) -> int:
               and not any(s in p[0] for s in args.skip)]
     skipped = [p[0] for p in every if p not in chosen]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    if args.shipped:
+    if args.shipped and not args.only:  # the stages of make export alone
         chosen, skipped = [], [p[0] for p in every]
-    built = shipped_points(root) if args.shipped else build_points(root, chosen, cases)
+    built = (shipped_points(root) if args.shipped else []) + build_points(root, chosen, cases)
     failed = [p for p in built if "error" in p]
     rows = [{"label": FP32, "stage": "fp32", "flags": [], "folder": str(optimized.parent),
              "mib": sum(f.stat().st_size for f in optimized.parent.glob("model.onnx*")) / 2**20,
@@ -312,7 +313,8 @@ def main(argv=None) -> int:
             f"cos/token {r['token_cosine']:.5f}  stress {r['stress_token_cosine'] or float('nan'):.5f}  "
             f"worst {r['worst_token_cosine'] or float('nan'):.5f}")
     result = {"model": args.model, "size": f"{SIZE[0]}x{SIZE[1]}", "layout": layout, "threads": 1,
-              "cases": ["every validation layout (the stages of make export)"] if args.shipped else cases,
+              "cases": [*(["every validation layout (the stages of make export)"] if args.shipped else []),
+                        *(cases if chosen else [])],
               "reps": args.reps, "weights": "random (seed 0), realistic and worst-case outlier stress",
               "photos": photos, "not_run": skipped,
               "floors": FLOORS,
