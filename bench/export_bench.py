@@ -32,9 +32,8 @@ from core.machine import describe, machine
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The memory target of every stage: peak RSS at most this many times the fp32 model's size.
 TARGET_RATIO = 4.0
-#: The defaults are the Makefile's INT8_FLAGS / INT4_FLAGS (their one home), read by `bench.shipped`.
-SHIPPED = shipped.makefile_flags(shipped.ROOT / "Makefile")
-INT8_FLAGS, INT4_FLAGS = shlex.join(SHIPPED["int8"]), shlex.join(SHIPPED["int4"])
+#: The default flags are the Makefile's INT8_FLAGS / INT4_FLAGS for the model (their one home), read by
+#: `bench.shipped.makefile_flags`.
 STAGES = ("export-torchscript", "export-dynamo", "surgery", "optimize", "int8", "int4")
 DEFAULT_NAMES = ("qwen3-vl", "qwen3-vl-2b")  # written as export.json / export.md; other models as export-NAME.*
 MARKER = ".export-bench"  # marks a work folder this benchmark made (and may therefore empty)
@@ -129,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="a config YAML file instead of --model")
     parser.add_argument("--work", type=Path, help="work folder (default build/bench-export/MODEL)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
-    parser.add_argument("--int8-flags", default=INT8_FLAGS)
-    parser.add_argument("--int4-flags", default=INT4_FLAGS)
+    parser.add_argument("--int8-flags", help="default: the Makefile's INT8_FLAGS (for MODEL)")
+    parser.add_argument("--int4-flags", help="default: the Makefile's INT4_FLAGS (for MODEL)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder for export.json / export.md")
     parser.add_argument("--note", default="", help="a sentence for the results (e.g. other jobs running)")
     args = parser.parse_args(argv)
@@ -139,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
     name = args.config.stem if args.config else args.model
+    shipped_flags = shipped.makefile_flags(shipped.ROOT / "Makefile", name)
+    args.int8_flags = shlex.join(shipped_flags["int8"]) if args.int8_flags is None else args.int8_flags
+    args.int4_flags = shlex.join(shipped_flags["int4"]) if args.int4_flags is None else args.int4_flags
     work = args.work or Path("build/bench-export") / name
     stem = "export" if name in DEFAULT_NAMES else f"export-{name}"  # other models do not replace the 2B table
     earlier: dict = {}

@@ -47,14 +47,17 @@ def parse_args(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def makefile_flags(makefile: Path) -> dict[str, list[str]]:
-    """{stage: flags} from the Makefile's `INT8_FLAGS ?= ...` / `INT4_FLAGS ?= ...` lines."""
+def makefile_flags(makefile: Path, model: str | None = None) -> dict[str, list[str]]:
+    """{stage: flags} from the Makefile's `INT8_FLAGS ?= ...` / `INT4_FLAGS ?= ...` lines; for `model`, its own
+    `INT8_FLAGS_MODEL` / `INT4_FLAGS_MODEL` where the Makefile sets one (what `make export MODEL=model` runs)."""
     if not makefile.is_file():
         raise UsageError(f"{makefile} not found: give the Makefile holding INT8_FLAGS and INT4_FLAGS with --makefile")
     text = makefile.read_text()
     flags = {}
     for stage, variable in STAGE_FLAGS.items():
-        found = re.search(rf"^{variable}\s*\??=\s*(.*)$", text, re.MULTILINE)
+        names = ([f"{variable}_{model}"] if model else []) + [variable]
+        found = next(filter(None, (re.search(rf"^{re.escape(name)}\s*\??=\s*(.*)$", text, re.MULTILINE)
+                                   for name in names)), None)
         if not found:
             raise UsageError(f"{makefile} sets no {variable}: the shipped {stage} options are unknown")
         flags[stage] = shlex.split(found.group(1))
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         if BEGIN not in text or END not in text:
             replace_block(text, "", args.readme)  # the markers are checked before any other work
         source, sweep = read_sweep(args.results, args.model)
-        rows = shipped_rows(sweep, makefile_flags(args.makefile), source)
+        rows = shipped_rows(sweep, makefile_flags(args.makefile, args.model), source)
         new = replace_block(text, table(sweep, rows, source.resolve(), args.model), args.readme)
         if args.check:
             if new != text:

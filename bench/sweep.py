@@ -119,7 +119,7 @@ def shipped_points(root: Path) -> list[dict]:
     """The int8 and int4 stages of `make export` in `root` as built points (labels say so; flags the Makefile's)."""
     from bench import shipped
 
-    flags = shipped.makefile_flags(ROOT / "Makefile")
+    flags = shipped.makefile_flags(ROOT / "Makefile", root.name)
     found = []
     for stage in ("int8", "int4"):
         report = root / stage / "report.json"

@@ -165,3 +165,14 @@ def test_shipped_without_markers_is_one_error_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "shipped-variants:begin" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
     assert readme.read_text() == "# a README without the table's markers\n"
+
+
+def test_a_model_s_own_makefile_flags_come_first(tmp_path):
+    """`make export MODEL=m` runs INT4_FLAGS_m where the Makefile sets it, else INT4_FLAGS; bench.shipped reads the same."""
+    makefile = tmp_path / "Makefile"
+    makefile.write_text("INT8_FLAGS ?= --method dynamic\nINT4_FLAGS ?= --int8-matmuls 72\n"
+                        "INT4_FLAGS_phi-4-mm ?= --int8-matmuls 120\n")
+    assert shipped.makefile_flags(makefile)["int4"] == ["--int8-matmuls", "72"]
+    assert shipped.makefile_flags(makefile, "qwen3-vl")["int4"] == ["--int8-matmuls", "72"]
+    assert shipped.makefile_flags(makefile, "phi-4-mm") == {"int8": ["--method", "dynamic"],
+                                                            "int4": ["--int8-matmuls", "120"]}
