@@ -26,9 +26,11 @@ INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 72
 # 1.60x fp32 and 25.9% of its bytes: the only INT4 point meeting every floor (the INT8 variant, 2.32x and 25.5%,
 # is as small).
 INT4_FLAGS_phi-4-mm ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 144
-# What `make export MODEL=...` runs: INT8_FLAGS / INT4_FLAGS when given on the command line, else the model's own.
-int8_flags = $(if $(filter command line,$(origin INT8_FLAGS)),$(INT8_FLAGS),$(or $(INT8_FLAGS_$(MODEL)),$(INT8_FLAGS)))
-int4_flags = $(if $(filter command line,$(origin INT4_FLAGS)),$(INT4_FLAGS),$(or $(INT4_FLAGS_$(MODEL)),$(INT4_FLAGS)))
+# What `make export MODEL=...` runs for variable $1 (INT8_FLAGS, INT4_FLAGS): $1 when given on the command line,
+# else the model's own $1_MODEL where set, else $1.
+model_flags = $(if $(filter command line,$(origin $1)),$($1),$(or $($1_$(MODEL)),$($1)))
+int8_flags = $(call model_flags,INT8_FLAGS)
+int4_flags = $(call model_flags,INT4_FLAGS)
 
 .PHONY: install export package test lint bench bench-export bench-collection compare clean
 

@@ -40,6 +40,7 @@ from runtime import smoke
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
+TIMING_PHOTO = "astronaut"  # at SIZE through the family's processor: the input every point is timed on
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
 #: INT4 mixed-precision points per family: how many of the model's MatMuls (Qwen3-VL 2B: 104; Phi-4-multimodal:
 #: 158 after its fused attention is unfused) go to 8-bit MatMulNBits, the most sensitive first.
@@ -122,12 +123,9 @@ def shipped_points(root: Path) -> list[dict]:
     flags = shipped.makefile_flags(ROOT / "Makefile", root.name)
     found = []
     for stage in ("int8", "int4"):
-        report = root / stage / "report.json"
-        if not report.is_file():
-            print(f"error: {report} is missing: run `make export MODEL={root.name}` first", file=sys.stderr)
-            raise SystemExit(2)
+        folder = stage_model(root.parent, root.name, stage).parent
         found.append({"label": f"{stage} shipped (make export)", "stage": stage, "flags": flags[stage],
-                      "folder": str(root / stage), "report": json.loads(report.read_text())})
+                      "folder": str(folder), "report": json.loads((folder / "report.json").read_text())})
     return found
 
 
@@ -202,7 +200,6 @@ def timing_feed(model_file: Path) -> dict:
     return calibration.for_model(model_file, photos=(TIMING_PHOTO,), sizes=(SIZE,), video=False)[0]
 
 
-TIMING_PHOTO = "astronaut"
 #: Photos none of the stages calibrates on (quantize.calibration.STAGE_PHOTOS), at this size: the "photos" column.
 PHOTO_SIZE = (448, 448)
 
@@ -285,12 +282,11 @@ def main(argv=None) -> int:
     family = of_model(onnx_io.metadata(optimized), optimized).name
     cases = CASES[family]
     every = points(family)
-    chosen = [p for p in every if (not args.only or any(o in p[0] for o in args.only))
+    shipped_only = args.shipped and not args.only  # the stages of make export alone
+    chosen = [p for p in every if not shipped_only and (not args.only or any(o in p[0] for o in args.only))
               and not any(s in p[0] for s in args.skip)]
     skipped = [p[0] for p in every if p not in chosen]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    if args.shipped and not args.only:  # the stages of make export alone
-        chosen, skipped = [], [p[0] for p in every]
     built = (shipped_points(root) if args.shipped else []) + build_points(root, chosen, cases)
     failed = [p for p in built if "error" in p]
     rows = [{"label": FP32, "stage": "fp32", "flags": [], "folder": str(optimized.parent),

@@ -29,12 +29,8 @@ import torch
 from builders.genai_parity import load_model, reference_inputs, vision_outputs, without_deepstack
 from core.errors import Parser, UsageError, main_wrapper
 from core.onnx_io import write_json
+from core.parity import token_cosines
 from core.progress import say
-
-
-def _row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine of each row of a and b ([N, D] each) -> [N]."""
-    return (a * b).sum(-1) / np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-30)
 
 
 @torch.no_grad()
@@ -59,7 +55,7 @@ def measure(checkpoint: Path, paths: list[Path], text: str, model=None) -> dict:
     logits_on, hidden_on = _first_step(model, ref, features)
     is_image = ref["mm_token_type_ids"][0].numpy().astype(bool)
     after_images = np.arange(len(is_image)) > np.flatnonzero(is_image).max()
-    cosine = _row_cosine(hidden_off, hidden_on)
+    cosine = token_cosines(hidden_off, hidden_on)
     return {
         "checkpoint": str(checkpoint), "images": [str(p) for p in paths], "text": text,
         "grid": ref["image_grid_thw"].tolist(), "prompt_tokens": len(is_image),
@@ -70,7 +66,7 @@ def measure(checkpoint: Path, paths: list[Path], text: str, model=None) -> dict:
         "deepstack_to_image_norm": levels,
         "logits_max_abs": float(np.abs(logits_off - logits_on).max()),
         "logits_max_abs_reference": float(np.abs(logits_on).max()),
-        "logits_cosine": float(_row_cosine(logits_off[None], logits_on[None])[0]),
+        "logits_cosine": float(token_cosines(logits_off[None], logits_on[None])[0]),
         "greedy_token_equal": bool(logits_off.argmax() == logits_on.argmax()),
         "hidden_min_token_cosine_image": float(cosine[is_image].min()),
         "hidden_min_token_cosine_text": float(cosine[after_images].min()),

@@ -7,7 +7,7 @@ the reference row; the minimum over rows says how the worst token fares.
 
 import numpy as np
 
-from core.session import owned
+from core.session import outputs as owned_outputs
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -57,17 +57,23 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / denom) if denom else 1.0
 
 
-def min_token_cosine(output: np.ndarray, reference: np.ndarray) -> float:
-    """Smallest cosine between matching rows of 2-D outputs [tokens, hidden] (flattened otherwise); a row holding
-    NaN or infinity counts as NONFINITE_COSINE, a zero row as 1."""
-    if output.ndim != 2 or not output.size:
-        return _cosine(output.ravel().astype(np.float64), reference.ravel().astype(np.float64))
+def token_cosines(output: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Cosine of each pair of matching rows of 2-D arrays [tokens, hidden] -> [tokens] (float64); a row holding
+    NaN or infinity gets NONFINITE_COSINE, a zero row 1."""
     a, b = output.astype(np.float64), reference.astype(np.float64)
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     dots = (a * b).sum(axis=1)
     cos = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 1.0)
     finite = np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1)
-    return float(np.where(finite, cos, NONFINITE_COSINE).min())
+    return np.where(finite, cos, NONFINITE_COSINE)
+
+
+def min_token_cosine(output: np.ndarray, reference: np.ndarray) -> float:
+    """Smallest cosine between matching rows of 2-D outputs [tokens, hidden] (flattened otherwise); a row holding
+    NaN or infinity counts as NONFINITE_COSINE, a zero row as 1."""
+    if output.ndim != 2 or not output.size:
+        return _cosine(output.ravel().astype(np.float64), reference.ravel().astype(np.float64))
+    return float(token_cosines(output, reference).min())
 
 
 def compare_all(outputs: dict[str, np.ndarray], references: dict[str, np.ndarray],
@@ -93,7 +99,7 @@ def worst(records: list[dict]) -> dict:
 
 def run_all(session, inputs: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
     """A session's outputs (in output order) for every feed."""
-    return [owned(session.run(None, feed)) for feed in inputs]
+    return [owned_outputs(session, feed) for feed in inputs]
 
 
 def check(session, layouts: list[dict], inputs: list[dict[str, np.ndarray]],
