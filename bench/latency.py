@@ -4,7 +4,7 @@ One run, same inputs for every variant, repetitions interleaved across variants 
 A, B, C, ...) so that machine load hits all alike; medians reported. Variants:
   torch eager / torch sdpa   the transformers model (per-frame attention), same random weights (seed 0)
   ort export                 build/NAME/export (fp32, as exported)
-  ort optimized(...)         build/NAME/optimized and two ablations (ORT's fusions only; no RotaryEmbedding)
+  ort optimized(...)         build/NAME/optimized and one ablation (no RotaryEmbedding)
   ort int8 / ort int4         build/NAME/int8 and build/NAME/int4: the points `make export` ships, chosen
                              by `python -m bench.sweep` (which measures every INT8 and INT4 option)
 Also: the measured fp32 GEMM peak, the encoder's analytic FLOPs and achieved fraction of that peak,
@@ -36,8 +36,7 @@ RESULTS = ROOT / "bench" / "results"
 SIZES = [(448, 448), (336, 336), (560, 560)]
 CURVE_SIDES = [16, 24, 32, 48, 64]  # square grids: 256 .. 4096 patches
 QUANTIZED = ("int8", "int4")  # the shipped stages, built by `make export`
-ABLATIONS = {"ort optimized (ORT fusions only)": {"rotary", "skipln"},
-             "ort optimized (no RotaryEmbedding)": {"rotary"}}
+ABLATIONS = {"ort optimized (no RotaryEmbedding)": {"rotary"}}
 
 
 def say(message: str) -> None:

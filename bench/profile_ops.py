@@ -1,8 +1,8 @@
 """`python -m bench.profile_ops --model qwen3-vl`: where each stage's time goes, by op type and category.
 
-For each variant's stage model build/MODEL/VARIANT/model.onnx (default: optimized, int8, int4), one image of
---size (Qwen3-VL inputs, `bench.timing`), --threads intra-op threads: the wall time of --reps runs after a
-warm-up without profiling, then the same with ONNX Runtime's profiler on (`enable_profiling`). The trace's
+For each variant's stage model build/MODEL/VARIANT/model.onnx (default: optimized, int8, int4), either family,
+one photo resized to --size through the family's processor (`bench.timing.photo_feed`), --threads intra-op
+threads: the wall time of --reps runs after a warm-up without profiling, then the same with ONNX Runtime's profiler on (`enable_profiling`). The trace's
 kernel events (`"cat": "Node"`, `args.op_name`) are summed per op type and per category for the run with the
 median summed node time. Nodes inside a Loop body (the per-frame attention) are events of their own, counted
 under their op type; the Loop's event spans its body, so the Loop is counted by its own time (its span minus
@@ -22,15 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
 
-from bench.timing import grid_for, interleaved, load_average, pixels
-from core import onnx_io
+from bench.timing import TIMING_PHOTO, interleaved, load_average, photo_feed
 from core.errors import Parser, UsageError, main_wrapper
 from core.machine import describe, machine
 from core.progress import say
 from core.session import ORT_ERRORS, open_session, ort_error_line
+from runtime.smoke import integer_values
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "profile-ops"
@@ -214,7 +213,8 @@ def variant_markdown(name: str, r: dict) -> list[str]:
 def markdown(result: dict) -> str:
     intro = (f"Produced by `{result['command']}`, {result['started']}. Machine: {describe(result['machine'])} "
              f"(load average {result['load_average_start']} at start), onnxruntime {result['onnxruntime']}. One "
-             f"image of {result['size']} (grid_thw {result['grid_thw']}, {result['num_patches']} patches), "
+             f"photo ({result['photo']}) of {result['size']} through the family's processor (pixel_values "
+             f"{result['pixel_values_shape']}, {result['layout']}), "
              f"{result['threads']} thread(s). Per variant: one warm-up and {result['reps']} runs without "
              f"profiling (wall), then one warm-up and {result['reps']} runs with ONNX Runtime's profiler; the "
              "breakdown is the profiled run with the median summed node time. Node time is kernel time: the "
@@ -288,16 +288,11 @@ def main(argv: list[str] | None = None) -> int:
         if not variants:
             raise UsageError("--variants names no stage folder")
         present, missing = stage_models(args.build, args.model, variants)
-        for path in present.values():
-            family = onnx_io.metadata(path).get("family", "qwen3-vl")
-            if family != "qwen3-vl":
-                raise UsageError(f"{path} is a {family} model: profile_ops feeds Qwen3-VL inputs "
-                                 "(pixel_values, grid_thw) only")
-        grid = grid_for(height, width)
-        feeds = pixels(grid)
+        feeds = photo_feed(next(iter(present.values())), (height, width))
         result = {"model": args.model, "command": "python -m bench.profile_ops " + shlex.join(argv),
                   "machine": machine(), "onnxruntime": ort.__version__, "size": f"{height}x{width}",
-                  "grid_thw": grid, "num_patches": int(np.prod(grid, 1).sum()), "threads": args.threads,
+                  "photo": TIMING_PHOTO, "layout": integer_values(feeds),
+                  "pixel_values_shape": list(feeds["pixel_values"].shape), "threads": args.threads,
                   "reps": args.reps, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                   "load_average_start": load_average(), "missing": missing, "variants": {}}
         with tempfile.TemporaryDirectory(prefix="profile-ops-") as tmp:

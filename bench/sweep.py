@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from bench import sweep_report
-from bench.timing import interleaved, load_average, stage_model
+from bench.timing import interleaved, load_average, photo_feed, stage_model
 from core import onnx_io, parity
 from core.machine import machine
 from core.session import open_session
@@ -40,7 +40,6 @@ from runtime import smoke
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
-TIMING_PHOTO = "astronaut"  # at SIZE through the family's processor: the input every point is timed on
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
 #: INT4 mixed-precision points per family: how many of the model's MatMuls (Qwen3-VL 2B: 104; Phi-4-multimodal:
 #: 158 after its fused attention is unfused) go to 8-bit MatMulNBits, the most sensitive first.
@@ -192,14 +191,6 @@ def summary(point: dict) -> dict:
             "int8_matmuls": len((report.get("mixed_precision") or {}).get("promoted", []))}
 
 
-def timing_feed(model_file: Path) -> dict:
-    """The one input every point is timed on: TIMING_PHOTO at SIZE through the family's processor (the photo's
-    pixels do not change the time; its layout is what a user's SIZE photo gets)."""
-    from quantize import calibration
-
-    return calibration.for_model(model_file, photos=(TIMING_PHOTO,), sizes=(SIZE,), video=False)[0]
-
-
 #: Photos none of the stages calibrates on (quantize.calibration.STAGE_PHOTOS), at this size: the "photos" column.
 PHOTO_SIZE = (448, 448)
 
@@ -294,7 +285,7 @@ def main(argv=None) -> int:
              "size_ratio": 1.0, "token_cosine": 1.0, "cosine": 1.0, "stress_token_cosine": 1.0,
              "worst_token_cosine": 1.0, "quantized_nodes": 0, "fp32_matmuls_excluded": 0, "int8_matmuls": 0}] + [summary(p) for p in built if "error" not in p]
     photos = photo_accuracy(rows, optimized)
-    feed = timing_feed(optimized)
+    feed = photo_feed(optimized, SIZE)
     layout = smoke.integer_values(feed)
     load_start = load_average()
     say(f"timing {len(rows)} points at {SIZE[0]}x{SIZE[1]} ({layout}), one thread, {args.reps} interleaved rounds")

@@ -24,6 +24,19 @@ def pixels(grid: list[list[int]], seed: int = 0) -> dict[str, np.ndarray]:
     return {"pixel_values": values, "grid_thw": g}
 
 
+#: The photo every benchmark times on (its pixels do not change the time; its layout is what a user's photo of
+#: that size gets from the family's processor).
+TIMING_PHOTO = "astronaut"
+
+
+def photo_feed(model_file, size: tuple[int, int]) -> dict[str, np.ndarray]:
+    """The ORT feed of TIMING_PHOTO resized to `size` (height, width) through the processor of the model at
+    `model_file` (its family from the metadata): pixel_values plus the family's integer inputs."""
+    from quantize import calibration
+
+    return calibration.for_model(model_file, photos=(TIMING_PHOTO,), sizes=(size,), video=False)[0]
+
+
 def interleaved(runners: dict, reps: int) -> dict[str, dict]:
     """Warm each runner once, then `reps` rounds over all runners; {label: {median_s, times_s}}."""
     for run in runners.values():

@@ -1,8 +1,8 @@
 """The optimize stage: fused fp32 graph for ONNX Runtime's CPU kernels, checked by parity.
 
-Passes, in order, those the model's family declares (`Family.optimize_passes`: Qwen3-VL all five,
-Phi-4-multimodal gemm and ort), each rewriting the one in-memory model. The saved model is checked against
-the input model's outputs at every validation layout; when it fails, the stage reloads the input and applies
+Passes, in order, those the model's family declares (`Family.optimize_passes`: Qwen3-VL fold, gemm, ort,
+rotary; Phi-4-multimodal gemm, ort, unskipln), each rewriting the one in-memory model. The saved model is
+checked against the input model's outputs at every validation layout; when it fails, the stage reloads the input and applies
 the passes again one at a time, each checked at the failing layouts only, and names the first pass beyond
 tolerance. `--checks each` also checks each pass at a few layouts as it goes
 (`families.validation.quick_indices`: the first, a same-token-count one, a padded one, the export example,
@@ -12,7 +12,10 @@ model's check does not, so it is not the default.
   gemm      Gemm -> MatMul + Add                                              gemm_to_matmul
   ort       ORT transformer optimizer: Gelu / FastGelu / LayerNormalization  ort_transformer
   rotary    2D RoPE -> RotaryEmbedding                                        rotary_embedding
-  skipln    residual Add + LayerNormalization -> SkipLayerNormalization      skip_layer_norm
+  unskipln  SkipLayerNormalization -> Add + LayerNormalization                unfuse_skip_layer_norm
+No pass makes SkipLayerNormalization: ORT 1.31's CPU kernel for it is about 4x slower than Add +
+LayerNormalization (unfuse_skip_layer_norm's docstring has the figures); ORT's optimizer makes them for
+Phi-4-multimodal (its Attention fusion needs them), unskipln splits them again.
 Qwen3-VL's attention needs no pass: the export already runs it per frame as MultiHeadAttention inside
 a Loop (builders/qwen3_vl/segment_attention.py), one per block, with no N x N tensor. Phi-4-multimodal's
 is fused by the ort pass into Attention WITH its key-padding mask (options from the family: head count
@@ -38,8 +41,8 @@ from quantize.passes import (
     gemm_to_matmul,
     ort_transformer,
     rotary_embedding,
-    skip_layer_norm,
     static_dims,
+    unfuse_skip_layer_norm,
 )
 
 
@@ -58,7 +61,7 @@ PASSES: dict[str, tuple[str, Callable[[ir.Model], tuple[ir.Model, object]]]] = {
     "gemm": ("Gemm -> MatMul + Add", _in_place(gemm_to_matmul.apply)),
     "ort": ("ONNX Runtime transformer optimizer (vit)", _ort),
     "rotary": ("2D rotary -> RotaryEmbedding", _in_place(rotary_embedding.apply)),
-    "skipln": ("residual Add + LayerNorm -> SkipLayerNormalization", _in_place(skip_layer_norm.apply)),
+    "unskipln": ("SkipLayerNormalization -> Add + LayerNorm", _in_place(unfuse_skip_layer_norm.apply)),
 }
 
 

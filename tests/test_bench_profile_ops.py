@@ -3,10 +3,10 @@ median run), and the command end to end on a tiny int8 model (a missing variant 
 
 import json
 
+import numpy as np
 import pytest
 
 from bench import profile_ops
-from bench.timing import grid_for
 from quantize import __main__ as cli
 from quantize import optimize as optimize_stage
 from tests.conftest import single_error
@@ -100,7 +100,8 @@ def test_profiles_a_tiny_int8_model_end_to_end(tiny_build, tmp_path, capsys):
     assert "int4:" in capsys.readouterr().err  # the missing variant: one line, then the others
     result = json.loads((out / "profile-tiny.json").read_text())
     assert result["command"] == "python -m bench.profile_ops " + " ".join(argv)
-    assert result["grid_thw"] == grid_for(64, 96) and set(result["missing"]) == {"int4"}
+    assert set(result["layout"]) == {"grid_thw"} and set(result["missing"]) == {"int4"}
+    assert result["pixel_values_shape"][0] == np.prod(result["layout"]["grid_thw"], 1).sum()
     record = result["variants"]["int8"]
     assert record["runs"] == 1 and record["wall"]["median_s"] > 0 and record["node_ms"] > 0
     cats = record["categories"]

@@ -4,6 +4,7 @@ fusion drops the mask (ORT's `vit` default, AttentionMaskFormat.NoMask, does): e
 must take its mask from `image_attention_mask`, and parity must hold at padded layouts."""
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 
@@ -12,7 +13,7 @@ from builders.phi4_mm import family
 from core import onnx_io, session
 from core.parity import compare
 from families.phi4_mm import crops, layouts, spec
-from quantize.passes import gemm_to_matmul, ort_transformer
+from quantize.passes import gemm_to_matmul, ort_transformer, unfuse_skip_layer_norm
 from tests.conftest import export_phi4_tiny
 
 # The model: conftest.export_phi4_tiny(layers=3). Two encoder layers run (of 3; features from the second-last):
@@ -45,12 +46,15 @@ def _loud_padding(inputs):
 
 
 def _declared_passes(path, metadata) -> tuple[ir.Model, dict]:
-    """The family's OPTIMIZE_PASSES (gemm, then ORT with the mask kept) on the exported model."""
-    assert spec.OPTIMIZE_PASSES == ("gemm", "ort")
+    """The family's OPTIMIZE_PASSES (gemm, then ORT with the mask kept, then SkipLayerNormalization split) on
+    the exported model; returns it and ORT's fusion counts."""
+    assert spec.OPTIMIZE_PASSES == ("gemm", "ort", "unskipln")
     model = onnx_io.load(path, in_memory=True)
     gemm_to_matmul.apply(model)
-    return ort_transformer.apply(model, num_heads=int(metadata[spec.METADATA_HEADS]),
-                                 hidden_size=int(metadata[spec.METADATA_WIDTH]))
+    model, stats = ort_transformer.apply(model, num_heads=int(metadata[spec.METADATA_HEADS]),
+                                         hidden_size=int(metadata[spec.METADATA_WIDTH]))
+    assert unfuse_skip_layer_norm.apply(model) == stats.get("SkipLayerNormalization", 0)
+    return model, stats
 
 
 def _features(sess, inputs) -> np.ndarray:
@@ -86,10 +90,32 @@ def test_attention_is_fused_with_the_mask(built):
         assert metrics["ok"], f"{name}: {metrics}"
 
 
-def test_attention_fusion_reads_large_weights(built, monkeypatch):
-    """At published dims every weight is large; the ORT pass must hand them to the Attention fusion (which
-    concatenates q, k, v) rather than hold them out as it does for graphs with Loop bodies (Qwen3-VL)."""
-    metadata, path, _ = built
+def test_the_ort_pass_holds_out_only_weights_no_fusion_reads(built, monkeypatch):
+    """At published dims every weight is large. The ORT pass hands the Attention fusion the q, k, v weights and
+    biases it concatenates (and BiasGelu its biases), holds out the other MatMul weights (o, fc1, fc2: 3/4 of
+    the encoder's bytes at published dims) and puts them back: the same fusions, the same outputs."""
+    metadata, path, cases = built
+    _, plain = _declared_passes(path, metadata)
     monkeypatch.setattr(ort_transformer, "HOLD_OUT_BYTES", 1)  # every weight counts as large
-    _, stats = _declared_passes(path, metadata)
-    assert stats.get("Attention", 0) >= 1, stats
+    handed = {}
+    optimize_model = ort_transformer.optimize_model
+
+    def spy(proto, **options):
+        handed["held"] = {t.name for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+        handed["kept"] = {t.name for t in proto.graph.initializer} - handed["held"]
+        return optimize_model(proto, **options)
+
+    monkeypatch.setattr(ort_transformer, "optimize_model", spy)
+    model, stats = _declared_passes(path, metadata)
+    assert stats == plain and stats.get("Attention", 0) >= 1, (stats, plain)
+    # held: o, fc1, fc2 of every layer and the projector's two; all still plain MatMul weights afterwards
+    layers = stats["Attention"] + sum(n.op_type == "Softmax" for n in model.graph)  # fused + left unfused
+    assert len(handed["held"]) >= 3 * layers + 2, sorted(handed["held"])
+    matmul_weights = {n.inputs[1].name for n in model.graph if n.op_type == "MatMul"}
+    assert handed["held"] <= matmul_weights
+    # kept: the q, k, v weights the Attention fusion packed (no longer initializers of their own)
+    assert len({name for name in handed["kept"] if name not in model.graph.initializers}) >= 3 * stats["Attention"]
+    sess = session.open_session(model)
+    for name, inputs, expected in cases:
+        metrics = compare(_features(sess, inputs), expected, TOLERANCE)
+        assert metrics["ok"], f"{name}: {metrics}"

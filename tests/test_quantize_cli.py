@@ -31,7 +31,8 @@ def test_optimized_model_is_fused_and_exact(optimized, exporter):
     report = json.loads((optimized[exporter] / "report.json").read_text())
     assert len(support.all_ops(model, "MultiHeadAttention")) == support.DEPTH
     assert len(support.ops(model, "RotaryEmbedding")) == 2 * support.DEPTH
-    assert len(support.ops(model, "SkipLayerNormalization")) >= 2 * support.DEPTH
+    assert len(support.ops(model, "LayerNormalization")) >= 2 * support.DEPTH
+    assert not support.ops(model, "SkipLayerNormalization")  # ORT's CPU kernel is ~4x slower than the pair
     assert not support.ops(model, "Gemm") and not support.all_ops(model, "Softmax")
     cases = report["validation"]["cases"]
     assert report["validation"]["passed"] and len(cases) >= 10

@@ -52,10 +52,12 @@ def test_rotary_fuses_q_and_k_of_every_block(stages):
     checker.max_abs(model)
 
 
-def test_skip_layer_norm_fuses_both_residuals_of_every_block(stages):
+def test_no_pass_leaves_skip_layer_norm(stages):
+    """ORT's CPU SkipLayerNormalization is ~4x slower than Add + LayerNormalization: every residual norm stays
+    the standard pair (this encoder's ORT pass makes none; unskipln splits any it would)."""
     after, checker = stages
-    model, made = after["skipln"]
-    # block i: Add(x, attn) + norm2, Add(h, mlp) + next norm1 (or the merger's norm); embed + norm1 of block 0
-    assert made == 2 * support.DEPTH + 1
-    assert len(support.ops(model, "SkipLayerNormalization")) == made
+    model, made = after["unskipln"]
+    assert made == 0 and not support.ops(model, "SkipLayerNormalization")
+    # block i: norm1 and norm2, then the mergers' norms (main + 2 deepstack)
+    assert len(support.ops(model, "LayerNormalization")) >= 2 * support.DEPTH
     checker.max_abs(model)

@@ -23,8 +23,9 @@ DYNAMIC_AXES = {
 
 # Optimize passes that apply, in order (names of quantize.optimize.PASSES). No constant folding before
 # ORT's fusions: it merges the key mask's two Unsqueeze nodes, and ORT's Attention fusion then no
-# longer finds the mask. No rotary (there is none) and no own SkipLayerNorm pass (ORT fuses it: the
-# activations are rank 3). ORT runs as model_type 'vit' with AttentionMaskFormat.AttentionMask, and
-# needs the head count and width from the metadata (the export's reshape shapes are not constants).
-OPTIMIZE_PASSES = ("gemm", "ort")
+# longer finds the mask. No rotary (there is none). ORT fuses SkipLayerNormalization (its Attention fusion
+# anchors on it: the activations are rank 3) and unskipln splits it again for ORT's CPU kernels. ORT runs
+# as model_type 'vit' with AttentionMaskFormat.AttentionMask, and needs the head count and width from the
+# metadata (the export's reshape shapes are not constants).
+OPTIMIZE_PASSES = ("gemm", "ort", "unskipln")
 METADATA_HEADS, METADATA_WIDTH = "num_attention_heads", "vision_hidden_size"

@@ -67,7 +67,7 @@ FAMILY = Family(
     layout_inputs=layout_inputs,
     default_layouts=default_layouts,
     # Attention needs no pass: the export runs it per frame as MultiHeadAttention inside a Loop.
-    optimize_passes=("fold", "gemm", "ort", "rotary", "skipln"),
+    optimize_passes=("fold", "gemm", "ort", "rotary"),
     optimize_options=lambda metadata: {"num_heads": 0, "hidden_size": 0},
     surgery_checks=("debake", "audit", "claims"),
     release=Release(release.write_config, release.write_processor, release.ACCEPTS, release.USAGE),

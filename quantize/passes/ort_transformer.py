@@ -6,11 +6,14 @@ encoder it fuses Gelu / FastGelu / BiasGelu and LayerNormalization; its Attentio
 SkipLayerNormalization fusions find nothing (packed qkv, 2D RoPE, custom mask, rank-2 activations),
 which the project's own passes then handle.
 
-In a graph with subgraphs (Qwen3-VL's per-frame attention Loop in every block), large weights are held
-out while ORT's optimizer runs (it gets data-less stand-ins and reads only small constants): its symbolic
+Large weights ORT's fusions do not read are held out while its optimizer runs: it gets data-less stand-ins
+(`_hold_out`) and the real tensors are put back into its result. In a graph with subgraphs (Qwen3-VL's
+per-frame attention Loop in every block) that is every initializer of HOLD_OUT_BYTES or more: ORT's symbolic
 shape inference copies every initializer of the main graph into each Loop body it infers, which with 24
-Loops at 2B dims exhausts memory. A graph without subgraphs (Phi-4-multimodal) keeps its weights: the
-Attention fusion reads the q, k, v weights to concatenate them.
+Loops at 2B dims exhausts memory. In a graph without subgraphs (Phi-4-multimodal) the Attention fusion
+reads the q, k, v weights and biases (it concatenates them) and the BiasGelu fusion reads the biases, so
+only the MatMul weights outside attention are held out (o, fc1, fc2, the projector; `_held_names`): at
+published dims that is 3/4 of the encoder's bytes that ORT's optimizer never copies.
 """
 
 import logging
@@ -23,13 +26,14 @@ from core import onnx_io
 
 MODEL_TYPE = "vit"
 HOLD_OUT_BYTES = 1 << 16  # weights this large or larger never reach ORT's optimizer
+SHAPE_OPS = frozenset({"Shape", "Size"})
 
 
 def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, dict[str, int]]:
     """Return (optimized model, {fused op type: count} as ORT reports them, zero counts dropped)."""
     options = FusionOptions(MODEL_TYPE)
     options.attention_mask_format = AttentionMaskFormat.AttentionMask
-    held = _hold_out_weights(model) if _has_subgraphs(model) else {}
+    held = _hold_out_weights(model)
     try:
         proto = onnx_io.to_proto(model)
     finally:
@@ -50,16 +54,58 @@ def _has_subgraphs(model: ir.Model) -> bool:
                for node in model.graph for attr in node.attributes.values())
 
 
+def _held_names(model: ir.Model) -> set[str]:
+    """The initializers of HOLD_OUT_BYTES or more that ORT's optimizer gets as data-less stand-ins: all of them
+    in a graph with subgraphs; otherwise those read only as a MatMul's weight (input 1), except the q, k, v
+    projections' weights that `attention_projections` finds."""
+    large = {name for name, value in model.graph.initializers.items()
+             if value.const_value is not None and value.const_value.nbytes >= HOLD_OUT_BYTES}
+    if _has_subgraphs(model):
+        return large
+    return {name for name in large - attention_projections(model)
+            if all(node.op_type == "MatMul" and index == 1
+                   for node, index in model.graph.initializers[name].uses())}
+
+
+def attention_projections(model: ir.Model) -> set[str]:
+    """Names of the initializers read by the q, k, v projections of every Softmax attention in the main graph:
+    walking up from the Softmax (scores = q k^T) and from the probabilities' MatMul (its v), the initializer
+    inputs of every node until and including the first MatMul with an initializer weight on each path (not
+    through Shape/Size: a dynamic reshape's target shape is read from an earlier block's activation)."""
+    found: set[str] = set()
+    starts = []
+    for node in model.graph:
+        if node.op_type == "Softmax":
+            starts.append(node)
+            starts += [use for use, _ in node.outputs[0].uses() if use.op_type == "MatMul"]
+    seen: set[int] = set()
+    stack = [value for node in starts for value in node.inputs if value is not None]
+    while stack:
+        value = stack.pop()
+        producer = value.producer()
+        if producer is None or id(producer) in seen:
+            continue
+        seen.add(id(producer))
+        if producer.op_type in SHAPE_OPS:
+            continue  # reads only its input's shape: the path up it leads into earlier blocks
+        initializers = [v.name for v in producer.inputs if v is not None and v.is_initializer()]
+        found.update(initializers)
+        if producer.op_type == "MatMul" and initializers:
+            continue  # a projection: its input is the block's activation, not attention
+        stack += [v for v in producer.inputs if v is not None and not v.is_initializer()]
+    return found
+
+
 def _hold_out_weights(model: ir.Model) -> dict[str, ir.TensorProtocol]:
-    """Replace every initializer of HOLD_OUT_BYTES or more by an external-data stand-in with no data
-    behind it; return {name: the real tensor}."""
+    """Replace every initializer `_held_names` names by an external-data stand-in with no data behind it;
+    return {name: the real tensor}."""
     held = {}
-    for name, value in model.graph.initializers.items():
+    for name in _held_names(model):
+        value = model.graph.initializers[name]
         tensor = value.const_value
-        if tensor is not None and tensor.nbytes >= HOLD_OUT_BYTES:
-            held[name] = tensor
-            value.const_value = ir.ExternalTensor(f"held-out/{name}", 0, tensor.nbytes, tensor.dtype,
-                                                  shape=tensor.shape, name=name)
+        held[name] = tensor
+        value.const_value = ir.ExternalTensor(f"held-out/{name}", 0, tensor.nbytes, tensor.dtype,
+                                              shape=tensor.shape, name=name)
     return held
 
 
