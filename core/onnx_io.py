@@ -13,6 +13,8 @@ IR version: files are written with `ir_version <= MAX_IR_VERSION`; inputs newer 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import json
 import os
@@ -166,7 +168,28 @@ def collect_for(src: str | os.PathLike | ir.Model | onnx.ModelProto) -> None:
         # the model file and its external data (`NAME.data`, or `NAME_data` in packages); none when missing
         size = sum(f.stat().st_size for f in path.parent.glob(path.name + "*") if f.is_file())
     if size >= COLLECT_THRESHOLD:
-        gc.collect()
+        release_memory()
+
+
+def release_memory() -> None:
+    """A full garbage collection, then the freed heap handed back to the OS (glibc's malloc_trim; a no-op
+    elsewhere). Weights of a few MiB live in the heap, not in their own mappings (glibc raises its mmap
+    threshold to 32 MiB after the first large free), so without the trim a dropped model's weights stay in
+    the process's RSS while ORT loads its own copy."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
 
 
 def weight_bytes(model: ir.Model) -> int:

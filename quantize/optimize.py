@@ -136,7 +136,7 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, checks: str =
         with step("save", timings):
             files = onnx_io.save(model, tmp / "model.onnx")
         del model  # the check below runs the saved file: ORT's copy of the weights is the only one
-        gc.collect()
+        onnx_io.release_memory()
         with step("validate the saved model", timings):
             session = open_session(tmp / "model.onnx", threads)
             produced = parity.run_all(session, source.inputs)

@@ -81,7 +81,7 @@ def find(model_file: Path, feeds: list[dict], threads: int, ratio: float) -> Fou
     tensors = {node.name: (node.inputs[0].name, node.outputs[0].name) for node, _ in quantizers.quantizable(model)}
     del model
     peaks = taps.tap(model_file, sorted({name for pair in tensors.values() for name in pair}), feeds, threads,
-                reduce=channel_peaks)
+                     channel_peaks=True)
     found: Found = {side: {} for side in SIDES}
     for node, pair in tensors.items():
         for side, name in zip(SIDES, pair):
