@@ -76,7 +76,7 @@ class Session(ort.InferenceSession):
         return super().run(output_names, input_feed, run_options)
 
 
-def _options(threads: int | None, optimize: bool = True) -> ort.SessionOptions:
+def _options(threads: int | None, optimize: bool = True, in_order: bool = False) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.log_severity_level = 4
     options.enable_mem_pattern = MEMORY_PATTERN
@@ -84,20 +84,24 @@ def _options(threads: int | None, optimize: bool = True) -> ort.SessionOptions:
         options.intra_op_num_threads = threads
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if in_order:
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     return options
 
 
 def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: int | None = None,
-                 optimize: bool = True) -> ort.InferenceSession:
+                 optimize: bool = True, in_order: bool = False) -> ort.InferenceSession:
     """A CPU session for a model file, an onnx-ir model or a ModelProto (`threads`: intra-op, None = all;
-    `optimize=False`: ONNX Runtime's graph optimizations off, the graph runs node by node as written).
+    `optimize=False`: ONNX Runtime's graph optimizations off, the graph runs node by node as written;
+    `in_order`: ready nodes run in the order the graph lists them (ORT's priority-based order), not ORT's
+    default, a depth-first walk back from the outputs that runs a node added for an extra output last).
 
     An in-memory model is written to a temporary folder first (external data when large, so nothing is
     serialised whole past protobuf's limit; ORT cannot resolve external data of in-memory bytes).
     A model ORT refuses raises UsageError with ORT's reason on one line.
     """
     onnx_io.collect_for(src)  # a dropped onnx-ir model frees its weights before ORT loads another copy
-    options = _options(threads, optimize)
+    options = _options(threads, optimize, in_order)
     name = "the model" if isinstance(src, (ir.Model, onnx.ModelProto)) else str(src)
     try:
         if isinstance(src, (ir.Model, onnx.ModelProto)):

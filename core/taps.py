@@ -44,7 +44,7 @@ def tap(model_file: Path, names: list[str], feeds: list[dict], threads: int,
     onnx.save(proto, str(tapped))
     del proto
     try:
-        session = open_session(tapped, threads)
+        session = open_session(tapped, threads, in_order=channel_peaks)
         # the name each output is kept under (None: not kept; with channel_peaks only the peaks are)
         got = [renamed.get(o.name) if channel_peaks else o.name for o in session.get_outputs()]
         values: dict[str, list[np.ndarray]] = {n: [] for n in names}
@@ -72,7 +72,10 @@ PEAKS_SUFFIX = "::channel_peaks"
 
 def _add_channel_peaks(proto: onnx.ModelProto, names: list[str]) -> dict[str, str]:
     """For each tensor x of `names` (rank >= 2), nodes computing ReduceMax(Abs(Reshape(x, [-1, C])), axis 0)
-    [C] into `x + PEAKS_SUFFIX`; returns {that output: x}."""
+    [C] into `x + PEAKS_SUFFIX`; returns {that output: x}. Each reduction goes right after the node that makes x,
+    and the session runs nodes in that order (`open_session(in_order=True)`): in ORT's default order the
+    reductions ran after the whole model and kept every tapped tensor alive until then (15.2 GB at
+    Phi-4-multimodal's published dims and its export example, against 4.6 GB for a plain run and in order)."""
     minus_one = helper.make_tensor(PEAKS_SUFFIX + "/minus_one", TensorProto.INT64, [1], [-1])
     zero = helper.make_tensor(PEAKS_SUFFIX + "/zero", TensorProto.INT64, [1], [0])
     proto.graph.initializer.extend([minus_one, zero])
@@ -80,15 +83,21 @@ def _add_channel_peaks(proto: onnx.ModelProto, names: list[str]) -> dict[str, st
     # ReduceMax takes its axes as an input from opset 18, as an attribute before
     reduce_max = (lambda x, y: helper.make_node("ReduceMax", [x, zero.name], [y], keepdims=0)) if opset >= 18 else \
         (lambda x, y: helper.make_node("ReduceMax", [x], [y], axes=[0], keepdims=0))
-    added = {}
-    for name in names:
+
+    def reduction(name: str) -> list[onnx.NodeProto]:
         out = name + PEAKS_SUFFIX
-        proto.graph.node.extend([
-            helper.make_node("Shape", [name], [out + "/width"], start=-1),
-            helper.make_node("Concat", [minus_one.name, out + "/width"], [out + "/rows"], axis=0),
-            helper.make_node("Reshape", [name, out + "/rows"], [out + "/2d"]),
-            helper.make_node("Abs", [out + "/2d"], [out + "/abs"]),
-            reduce_max(out + "/abs", out),
-        ])
-        added[out] = name
-    return added
+        return [helper.make_node("Shape", [name], [out + "/width"], start=-1),
+                helper.make_node("Concat", [minus_one.name, out + "/width"], [out + "/rows"], axis=0),
+                helper.make_node("Reshape", [name, out + "/rows"], [out + "/2d"]),
+                helper.make_node("Abs", [out + "/2d"], [out + "/abs"]),
+                reduce_max(out + "/abs", out)]
+
+    wanted = set(names)
+    nodes = [n for name in names if not any(name in node.output for node in proto.graph.node)
+             for n in reduction(name)]  # graph inputs: first
+    for node in proto.graph.node:
+        nodes.append(node)
+        nodes += [n for name in node.output if name in wanted for n in reduction(name)]
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    return {name + PEAKS_SUFFIX: name for name in names}
