@@ -4,10 +4,10 @@ Target: y, mean, inv_std, s = SkipLayerNormalization(a, b, gamma[, beta[, bias]]
 Replacement: s = Add(a, b) (then Add(s, bias)); y = LayerNormalization(s, gamma[, beta], axis=-1, epsilon);
 s feeds whatever read output 3 (the next residual).
 
-Why: ORT 1.31's CPU SkipLayerNormalization kernel is about 4x slower than Add + LayerNormalization (one
-thread, AMD EPYC: 11.9 vs 2.7 ms at Phi-4-multimodal's [2, 1025, 1152], 4.0 vs 0.9 ms at Qwen3-VL 2B's
+Why: ORT 1.31's CPU SkipLayerNormalization kernel is 4.3-4.7x slower than Add + LayerNormalization (one
+thread, AMD EPYC: 11.8 vs 2.7 ms at Phi-4-multimodal's [2, 1025, 1152], 4.1 vs 0.9 ms at Qwen3-VL 2B's
 [784, 1024]; `python -m bench.skip_layer_norm`, bench/results/skip-layer-norm.md), and it was 5-7% of the
-INT8 encoders' time (bench/results/profile-*.md). ORT's CPU session does not
+INT8 encoders' node time (docs/quantization.md, "optimize"). ORT's CPU session does not
 fuse the pair back at load (its own SkipLayerNormFusion leaves an Add whose sum feeds the next residual).
 ORT's transformer optimizer still fuses SkipLayerNormalization for Phi-4-multimodal, because its Attention
 fusion anchors on it; this pass then splits them. Outputs change only by float rounding (<= 1e-5).
