@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from bench.timing import TIMING_PHOTO, interleaved, load_average, photo_feed
+from bench.timing import TIMING_PHOTO, interleaved, load_average, photo_feed, write_results
 from core.errors import Parser, UsageError, main_wrapper
 from core.machine import describe, machine
 from core.progress import say
@@ -304,13 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                 top = ", ".join(f"{c} {_pct(v['share'])}" for c, v in record["categories"].items() if v["share"])
                 say(f"{variant}: {record['wall']['median_s'] * 1000:.1f} ms per run; node time "
                     f"{record['node_ms']:.1f} ms: {top}", TAG)
-        result["load_average_end"] = load_average()
         result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / f"profile-{args.model}"
-        Path(f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-        Path(f"{stem}.md").write_text(markdown(result))
-        say(f"wrote {stem}.json and {stem}.md", TAG)
+        write_results(args.out, f"profile-{args.model}", result, markdown(result), TAG)
         return 0
 
     return main_wrapper(body)

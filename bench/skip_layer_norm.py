@@ -11,7 +11,6 @@ Writes bench/results/skip-layer-norm.json and .md.
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -21,7 +20,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from bench.timing import interleaved, load_average
+from bench.timing import interleaved, load_average, write_results
 from core.errors import Parser, UsageError, main_wrapper
 from core.machine import describe, machine
 from core.progress import say
@@ -107,12 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["rows"].append(row)
                 say(f"{model} {shape}, {count} thread(s): SkipLayerNormalization {row['ratio']:.2f}x the time of "
                     "Add + LayerNormalization", TAG)
-        result["load_average_end"] = load_average()
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / "skip-layer-norm"
-        Path(f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-        Path(f"{stem}.md").write_text(markdown(result))
-        say(f"wrote {stem}.json and {stem}.md", TAG)
+        write_results(args.out, "skip-layer-norm", result, markdown(result), TAG)
         return 0
 
     return main_wrapper(body)

@@ -1,5 +1,6 @@
 """Torch-free timing helpers shared by the benchmarks: inputs for a size, interleaved medians, load."""
 
+import json
 import os
 import sys
 import time
@@ -61,3 +62,14 @@ def stage_model(build, model: str, stage: str = "optimized"):
         print(f"error: {path} is missing: run `make export MODEL={model}` first", file=sys.stderr)
         raise SystemExit(2)
     return path
+
+
+def write_results(out: Path, stem: str, result: dict, markdown: str, tag: str) -> None:
+    """OUT/STEM.json (the result, with its load average at the end) and OUT/STEM.md, then one line saying so."""
+    from core.progress import say
+
+    result["load_average_end"] = load_average()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"{stem}.md").write_text(markdown)
+    say(f"wrote {out / stem}.json and {out / stem}.md", tag)
