@@ -21,10 +21,10 @@ BUILD := build/$(MODEL)
 # from here (`bench.shipped.makefile_flags`, a model's own INT8_FLAGS_MODEL / INT4_FLAGS_MODEL first).
 INT8_FLAGS ?= --method dynamic --reduce-range --outliers exclude
 INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 72
-# Phi-4-multimodal at published dims (bench/results/sweep-phi-4-mm.md, same CPU, 2026-11-25 16:16-16:37): 72 of its 158
-# MatMuls at 8 bits reach 0.96650 and 120 reach 0.97821, under the 0.98 floor; 144 reach 0.99626 (stress 0.99821) at
-# 1.60x fp32 and 25.9% of its bytes: the only INT4 point meeting every floor (the INT8 variant, 2.32x and 25.5%,
-# is as small).
+# Phi-4-multimodal at published dims (same CPU, sweep of 2026-11-25 16:16-16:37, docs/quantization.md): 72 of its 158
+# MatMuls at 8 bits reach 0.96650 and 120 reach 0.97821, under the 0.98 floor; 144 reach 0.99626 (stress 0.99821):
+# the only INT4 point meeting every floor. Re-timed 19:40-19:46 (bench/results/sweep-phi-4-mm.md): 1.67x fp32,
+# 25.9% of its bytes (the INT8 variant, 2.39x and 25.5%, is as small).
 INT4_FLAGS_phi-4-mm ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 144
 # What `make export MODEL=...` runs for variable $1 (INT8_FLAGS, INT4_FLAGS): $1 when given on the command line,
 # else the model's own $1_MODEL where set, else $1.
