@@ -2,9 +2,9 @@
 
 For each variant's stage model build/MODEL/VARIANT/model.onnx (default: optimized, int8, int4), either family,
 one photo resized to --size through the family's processor (`bench.timing.photo_feed`), --threads intra-op
-threads: the wall time of --reps runs after a warm-up without profiling, then the same with ONNX Runtime's profiler on (`enable_profiling`). The trace's
-kernel events (`"cat": "Node"`, `args.op_name`) are summed per op type and per category for the run with the
-median summed node time. Nodes inside a Loop body (the per-frame attention) are events of their own, counted
+threads: the wall time of --reps runs after a warm-up without profiling, then the same with ONNX Runtime's
+profiler on (`enable_profiling`). The trace's kernel events (`"cat": "Node"`, `args.op_name`) are summed per
+op type and per category for the run with the median summed node time. Nodes inside a Loop body (the per-frame attention) are events of their own, counted
 under their op type; the Loop's event spans its body, so the Loop is counted by its own time (its span minus
 its body's kernels) and reported with its span. ORT fuses DynamicQuantizeLinear + MatMulInteger (+ Cast + Mul)
 into DynamicQuantizeMatMul at session load: that activation quantization is inside the integer MatMul time.

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.progress import say
 from families.qwen3_vl.layouts import random_pixels, smart_resize
 
 PATCH_DIM = 1536  # 3 channels x temporal patch 2 x 16 x 16
@@ -66,8 +67,6 @@ def stage_model(build, model: str, stage: str = "optimized"):
 
 def write_results(out: Path, stem: str, result: dict, markdown: str, tag: str) -> None:
     """OUT/STEM.json (the result, with its load average at the end) and OUT/STEM.md, then one line saying so."""
-    from core.progress import say
-
     result["load_average_end"] = load_average()
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")

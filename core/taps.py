@@ -34,10 +34,12 @@ def tap(model_file: Path, names: list[str], feeds: list[dict], threads: int,
     resolve only within the model's folder; the weights themselves are not copied) and run once per feed.
     """
     proto = onnx.load(str(model_file), load_external_data=False)
-    outputs = {o.name for o in proto.graph.output}
-    wanted = sorted(set(names) - outputs)
-    renamed = _add_channel_peaks(proto, sorted(set(names))) if channel_peaks else {n: n for n in wanted}
-    proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in renamed)
+    if channel_peaks:
+        peaks_of = _add_channel_peaks(proto, sorted(set(names)))  # {peaks output: tapped tensor}
+        extra = list(peaks_of)
+    else:
+        extra = sorted(set(names) - {o.name for o in proto.graph.output})
+    proto.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in extra)
     fd, name = tempfile.mkstemp(prefix=".tapped-", suffix=".onnx", dir=model_file.parent)  # a name nobody has
     os.close(fd)
     tapped = Path(name)
@@ -46,7 +48,7 @@ def tap(model_file: Path, names: list[str], feeds: list[dict], threads: int,
     try:
         session = open_session(tapped, threads, in_order=channel_peaks)
         # the name each output is kept under (None: not kept; with channel_peaks only the peaks are)
-        got = [renamed.get(o.name) if channel_peaks else o.name for o in session.get_outputs()]
+        got = [peaks_of.get(o.name) if channel_peaks else o.name for o in session.get_outputs()]
         values: dict[str, list[np.ndarray]] = {n: [] for n in names}
         for feed in feeds:
             # ORT's outputs are views of its arena, valid while the session lives: `each` and `reduce` read them
@@ -93,8 +95,8 @@ def _add_channel_peaks(proto: onnx.ModelProto, names: list[str]) -> dict[str, st
                 reduce_max(out + "/abs", out)]
 
     wanted = set(names)
-    nodes = [n for name in names if not any(name in node.output for node in proto.graph.node)
-             for n in reduction(name)]  # graph inputs: first
+    produced = {out for node in proto.graph.node for out in node.output}
+    nodes = [n for name in names if name not in produced for n in reduction(name)]  # graph inputs: first
     for node in proto.graph.node:
         nodes.append(node)
         nodes += [n for name in node.output if name in wanted for n in reduction(name)]

@@ -7,7 +7,7 @@ SkipLayerNormalization fusions find nothing (packed qkv, 2D RoPE, custom mask, r
 which the project's own passes then handle.
 
 Large weights ORT's fusions do not read are held out while its optimizer runs: it gets data-less stand-ins
-(`_hold_out`) and the real tensors are put back into its result. In a graph with subgraphs (Qwen3-VL's
+(`_hold_out_weights`) and the real tensors are put back into its result. In a graph with subgraphs (Qwen3-VL's
 per-frame attention Loop in every block) that is every initializer of HOLD_OUT_BYTES or more: ORT's symbolic
 shape inference copies every initializer of the main graph into each Loop body it infers, which with 24
 Loops at 2B dims exhausts memory. In a graph without subgraphs (Phi-4-multimodal) the Attention fusion
@@ -57,17 +57,17 @@ def _has_subgraphs(model: ir.Model) -> bool:
 def _held_names(model: ir.Model) -> set[str]:
     """The initializers of HOLD_OUT_BYTES or more that ORT's optimizer gets as data-less stand-ins: all of them
     in a graph with subgraphs; otherwise those read only as a MatMul's weight (input 1), except the q, k, v
-    projections' weights that `attention_projections` finds."""
+    projections' weights that `_attention_projections` finds."""
     large = {name for name, value in model.graph.initializers.items()
              if value.const_value is not None and value.const_value.nbytes >= HOLD_OUT_BYTES}
     if _has_subgraphs(model):
         return large
-    return {name for name in large - attention_projections(model)
+    return {name for name in large - _attention_projections(model)
             if all(node.op_type == "MatMul" and index == 1
                    for node, index in model.graph.initializers[name].uses())}
 
 
-def attention_projections(model: ir.Model) -> set[str]:
+def _attention_projections(model: ir.Model) -> set[str]:
     """Names of the initializers read by the q, k, v projections of every Softmax attention in the main graph:
     walking up from the Softmax (scores = q k^T) and from the probabilities' MatMul (its v), the initializer
     inputs of every node until and including the first MatMul with an initializer weight on each path (not

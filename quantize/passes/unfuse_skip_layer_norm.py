@@ -34,14 +34,14 @@ def _split(graph: ir.Graph, node: ir.Node) -> bool:
     norm = ir.node("LayerNormalization", [total, gamma] + ([beta] if beta is not None else []),
                    attributes={"axis": -1, "epsilon": epsilon})
     graph.insert_after(node, [*added, norm])
-    _take_over(graph, node.outputs[0], norm.outputs[0])
+    _take_over(node.outputs[0], norm.outputs[0])
     if len(node.outputs) > 3 and node.outputs[3] is not None:
-        _take_over(graph, node.outputs[3], total)
+        _take_over(node.outputs[3], total)
     graph.remove(node, safe=True)
     return True
 
 
-def _take_over(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
+def _take_over(old: ir.Value, new: ir.Value) -> None:
     """`new` replaces `old` for every reader; a graph output keeps its name."""
     new.shape, new.type = old.shape, old.type
     name = old.name if old.is_graph_output() else None
