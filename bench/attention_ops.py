@@ -2,7 +2,7 @@
 
 One attention at Qwen3-VL 2B dims (16 heads x 64) on one frame of N patches, q/k/v [1, N, 1024], in
 three forms, each point in its own process (time: median of --reps runs after one warm run; peak RSS):
-  loop + MultiHeadAttention   the shipped lowering (builders/qwen3_vl/segment_attention.py)
+  loop + MultiHeadAttention   the shipped lowering (builders/qwen_vl/segment_attention.py)
   loop + Attention (opset 23) the same Loop with the standard ONNX Attention op in the body
   MultiHeadAttention + bias   the former packed form: one call with a [1, 1, N, N] additive bias
 The forms run under an address-space cap (--max-memory-gib): one that needs N x N memory fails at
@@ -34,7 +34,7 @@ SIZES = [4096, 8464, 16384]
 
 
 def _segment_function(standard: bool) -> onnx.FunctionProto:
-    from builders.qwen3_vl.segment_attention import SEGMENT_ATTENTION  # the shipped lowering
+    from builders.qwen_vl.segment_attention import SEGMENT_ATTENTION  # the shipped lowering
 
     function = SEGMENT_ATTENTION.to_function_proto()
     if not standard:

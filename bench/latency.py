@@ -26,7 +26,7 @@ import torch
 from bench import flops, gemm_peak, latency_report
 from bench.timing import grid_for, interleaved, load_average, pixels
 from builders.config import load_config
-from builders.qwen3_vl.model import build_random
+from builders.qwen_vl.model import build_random
 from core.machine import machine
 from core.session import open_session
 from quantize import optimize as optimize_stage

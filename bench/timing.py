@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from core.progress import say
-from families.qwen3_vl.layouts import random_pixels, smart_resize
+from families.qwen_vl.layouts import random_pixels, smart_resize
 
 PATCH_DIM = 1536  # 3 channels x temporal patch 2 x 16 x 16
 

@@ -88,7 +88,7 @@ def reference_inputs(checkpoint: Path, paths: list[Path], text: str) -> dict[str
     tokens), pixel_values [num_patches, 1536], image_grid_thw [num_images, 3]."""
     from transformers import AutoTokenizer
 
-    from families.qwen3_vl import preprocess
+    from families.qwen_vl import preprocess
 
     processor = preprocess.load_processor(checkpoint)
     pixel_values, grid = preprocess.preprocess(processor, [image_files.load_rgb(p) for p in paths])
@@ -174,7 +174,7 @@ def processors(package: Path, checkpoint: Path, paths: list[Path]) -> list[dict]
     import onnxruntime_genai as og
     from PIL import Image
 
-    from families.qwen3_vl import preprocess
+    from families.qwen_vl import preprocess
 
     genai_processor = og.Model(str(package)).create_multimodal_processor()
     processor = preprocess.load_processor(checkpoint)

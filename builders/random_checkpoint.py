@@ -9,7 +9,7 @@ What `python -m release genai` needs and no model hub is reached for: a `save_pr
 - tokenizer: a byte-level BPE (`Qwen2Tokenizer`, Qwen's pre-tokenizer) of 300 tokens learnt from `CORPUS`,
   plus Qwen's special tokens (`SPECIAL`: `<|im_start|>`, `<|vision_start|>`, `<|image_pad|>`, ...);
   config.json's image, video and vision start/end token ids are theirs;
-- preprocessor_config.json: Qwen3-VL's image processor settings (families/qwen3_vl/preprocess.py).
+- preprocessor_config.json: Qwen3-VL's image processor settings (families/qwen_vl/preprocess.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from builders.config import load_config
 from core.errors import Parser, main_wrapper
 from core.progress import say
 from core.staging import staged_folder
-from families.qwen3_vl import preprocess
+from families.qwen_vl import preprocess
 
 STAGE = "random-checkpoint"
 #: Text model dimensions. `2b`: Qwen/Qwen3-VL-2B-Instruct's text_config as recalled (Qwen3-1.7B: GQA 16/8 heads

@@ -7,7 +7,6 @@ inspection, OUT is left untouched), 2 on bad input.
 
 import argparse
 import gc
-import importlib
 import json
 import platform
 import sys
@@ -20,6 +19,7 @@ import onnx
 import torch
 import transformers
 
+from builders import family as family_builder
 from builders import onnx_export, validate
 from builders.config import load_config
 from core import onnx_io, session
@@ -84,7 +84,7 @@ def export(args: argparse.Namespace) -> int:
     check_folder_output(args.out, STAGE, force=args.force)  # before any work
     config = load_config(None if args.config else args.model, args.config)
     # The registry is families.FAMILIES; each entry names its torch side (builders/<family>/family.py).
-    fam = importlib.import_module(declared_family(config.family, f"config {config.path}").builder)
+    fam = family_builder.load(declared_family(config.family, f"config {config.path}").builder)
     exporter = "dynamo" if args.dynamo else "torchscript"
     if args.dynamic_shapes and not args.dynamo:
         raise UsageError("--dynamic-shapes applies to the torch.export path: add --dynamo")

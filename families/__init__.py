@@ -12,11 +12,16 @@ from pathlib import Path
 from core.errors import UsageError
 from families.base import Family, Inputs, Metadata
 from families.phi4_mm import FAMILY as PHI4_MM
-from families.qwen3_vl import FAMILY as QWEN3_VL
+from families.qwen_vl import FAMILIES as QWEN_FAMILIES
+from families.qwen_vl import QWEN2_5_VL, QWEN2_VL, QWEN3_5, QWEN3_VL
+from families.qwen_vl.generations import BY_MODEL_TYPE as _QWEN_MODEL_TYPES
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (QWEN3_VL, PHI4_MM)}  # the registry: one entry per family
+FAMILIES: dict[str, Family] = {**QWEN_FAMILIES, PHI4_MM.name: PHI4_MM}  # the registry: one entry per family
+#: A checkpoint's config.json `model_type` -> the family that exports it.
+MODEL_TYPES: dict[str, str] = {**_QWEN_MODEL_TYPES, "phi4_multimodal": PHI4_MM.name}
 
-__all__ = ["FAMILIES", "PHI4_MM", "QWEN3_VL", "Family", "Inputs", "Metadata", "family", "of_model"]
+__all__ = ["FAMILIES", "MODEL_TYPES", "PHI4_MM", "QWEN2_5_VL", "QWEN2_VL", "QWEN3_5", "QWEN3_VL", "Family", "Inputs",
+           "Metadata", "family", "of_model"]
 
 
 def family(name: str | None, where: str = "") -> Family:

@@ -17,7 +17,7 @@ No pass makes SkipLayerNormalization: ORT 1.31's CPU kernel for it is about 4x s
 LayerNormalization (unfuse_skip_layer_norm's docstring has the figures); ORT's optimizer makes them for
 Phi-4-multimodal (its Attention fusion needs them), unskipln splits them again.
 Qwen3-VL's attention needs no pass: the export already runs it per frame as MultiHeadAttention inside
-a Loop (builders/qwen3_vl/segment_attention.py), one per block, with no N x N tensor. Phi-4-multimodal's
+a Loop (builders/qwen_vl/segment_attention.py), one per block, with no N x N tensor. Phi-4-multimodal's
 is fused by the ort pass into Attention WITH its key-padding mask (options from the family: head count
 and width from the metadata).
 """

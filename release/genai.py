@@ -63,8 +63,8 @@ def _variant(found: dict[str, stages.Stage], name: str) -> stages.Variant:
 
 def processor_settings(export: dict, metadata: dict) -> dict:
     """The model's image processor settings, as the release package's preprocessor_config.json holds them
-    (the checkpoint's processor, else Qwen3-VL's defaults: families/qwen3_vl/release.py)."""
-    from families.qwen3_vl import preprocess
+    (the checkpoint's processor, else Qwen3-VL's defaults: families/qwen_vl/release.py)."""
+    from families.qwen_vl import preprocess
 
     fam = family(FAMILY)
     with tempfile.TemporaryDirectory(prefix="genai-processor-") as tmp:

@@ -7,7 +7,7 @@ import pytest
 
 from builders import vision
 from core.errors import UsageError
-from families.qwen3_vl import contract
+from families.qwen_vl import contract
 from runtime import __main__ as runtime_cli
 from tests.conftest import single_error
 

@@ -11,8 +11,8 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
 from builders import vision
 from builders.config import CONFIG_DIR
-from builders.qwen3_vl import layouts
-from builders.qwen3_vl.model import reference_outputs
+from builders.qwen_vl import layouts
+from builders.qwen_vl.model import reference_outputs
 from core import session
 from tests.conftest import single_error
 

@@ -27,7 +27,7 @@ from builders.config import load_config
 from core import onnx_io
 from core.parity import compare
 from families.phi4_mm import preprocess as phi4_mm
-from families.qwen3_vl import contract
+from families.qwen_vl import contract
 from runtime import __main__ as runtime_cli
 from tests.conftest import single_error
 from tests.test_preprocess_phi4_mm import transformers_processor  # noqa: F401 -- a fixture
@@ -63,7 +63,7 @@ def qwen_dist(tiny_exports, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def qwen_eager(tiny_exports):
     """(eager tower with the export's weights, tolerance, output names)."""
-    from builders.qwen3_vl.family import build
+    from builders.qwen_vl.family import build
 
     report = json.loads((tiny_exports["torchscript"] / "report.json").read_text())
     visual, _ = build(load_config(QWEN), None, report["seed"])
@@ -78,7 +78,7 @@ def embed(argv: list, capsys) -> tuple[int, str, str]:
 
 
 def qwen_image_reference(package: Path, visual, path: Path) -> tuple[list, np.ndarray]:
-    from builders.qwen3_vl.model import reference_outputs
+    from builders.qwen_vl.model import reference_outputs
 
     batch = Qwen2VLImageProcessorPil.from_pretrained(str(package))(reference_image(path), return_tensors="np")
     return reference_outputs(visual, batch["pixel_values"], batch["image_grid_thw"]), batch["image_grid_thw"][0]
@@ -121,7 +121,7 @@ def test_mixed_pack_from_tarball_matches_eager_per_image(qwen_dist, qwen_eager, 
 
 def test_video_and_images_match_eager(qwen_dist, qwen_eager, photos, transformers_video_processor,  # noqa: F811
                                       tmp_path, capsys):
-    from builders.qwen3_vl.model import reference_outputs
+    from builders.qwen_vl.model import reference_outputs
 
     visual, tolerance, names = qwen_eager
     frames = write_frames(tmp_path / "frames", 5, 240, 320)

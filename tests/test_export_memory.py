@@ -15,8 +15,8 @@ import torch
 
 from builders import onnx_export
 from builders.config import load_config
-from builders.qwen3_vl import family
-from builders.qwen3_vl.model import build_random
+from builders.qwen_vl import family
+from builders.qwen_vl.model import build_random
 
 GRID = np.array([[1, 16, 16], [1, 12, 20]])
 

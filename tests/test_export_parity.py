@@ -9,8 +9,8 @@ import torch
 
 from builders import onnx_export, validate
 from builders.config import load_config
-from builders.qwen3_vl import family, layouts
-from builders.qwen3_vl.model import build_random
+from builders.qwen_vl import family, layouts
+from builders.qwen_vl.model import build_random
 from core import onnx_io, session
 
 PATHS = ["torchscript", "dynamo"]

@@ -255,7 +255,7 @@ def test_checkpoint_tensors_are_read_without_torch_exactly(tmp_path, dtype):
 
 
 def test_processor_config_carries_the_processor_settings():
-    from families.qwen3_vl import preprocess
+    from families.qwen_vl import preprocess
 
     settings = preprocess.processor(min_pixels=1024, max_pixels=2048 * 2048).to_dict()
     ops = {op["operation"]["type"]: op["operation"].get("attrs", {})

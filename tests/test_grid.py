@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import vision_utils
 
-from builders.qwen3_vl import grid, layouts
+from builders.qwen_vl import grid, layouts
 
 MERGE, SIDE = 2, 48
 FIXED = [[[1, 18, 46]], [[1, 2, 64]], [[1, 4, 6], [2, 8, 10], [1, 2, 2]], [[3, 6, 4]], [[1, 64, 2], [1, 2, 64]]]

@@ -432,7 +432,7 @@ def test_checkpoint_package_records_the_weights_and_its_processor(tmp_path, caps
 
     from builders import vision
     from builders.config import CONFIG_DIR
-    from families.qwen3_vl import preprocess as qwen3_vl
+    from families.qwen_vl import preprocess as qwen3_vl
     from release.manifest import sha256
     from tests.test_checkpoint import TEXT
 

@@ -21,8 +21,8 @@ from transformers.image_utils import load_image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from core.errors import UsageError
-from families.qwen3_vl import preprocess as qwen3_vl
-from families.qwen3_vl.layouts import MAX_PIXELS, MIN_PIXELS
+from families.qwen_vl import preprocess as qwen3_vl
+from families.qwen_vl.layouts import MAX_PIXELS, MIN_PIXELS
 from runtime import images
 
 # (height, width) of the generated RGB images: the smoke sizes and odd ones

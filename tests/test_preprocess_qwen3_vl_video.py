@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from core.errors import UsageError
-from families.qwen3_vl import preprocess_video as qwen3_vl_video
+from families.qwen_vl import preprocess_video as qwen3_vl_video
 from runtime import images
 from tests.test_preprocess_qwen3_vl import _pixels, reference_image
 from tests.test_preprocess_resample import install_torchvision_stub

@@ -106,7 +106,7 @@ def test_package_verify_and_embed_without_torch(venv, tiny_exports, tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0] == "['image_0', 'image_1']" and lines[-1] == "False"
     # each image's tokens follow the processor's grid (both sizes are scaled up to its minimum pixel count)
-    from families.qwen3_vl.layouts import smart_resize
+    from families.qwen_vl.layouts import smart_resize
 
     for line, (w, h) in zip(lines[1:3], [(300, 200), (97, 301)]):
         rh, rw = smart_resize(h, w, 32)

@@ -15,9 +15,9 @@ from onnx import TensorProto, helper
 from transformers import vision_utils
 
 from builders.config import load_config
-from builders.qwen3_vl import layouts, patcher
-from builders.qwen3_vl import segment_attention as seg
-from builders.qwen3_vl.model import build_random, reference_outputs
+from builders.qwen_vl import layouts, patcher
+from builders.qwen_vl import segment_attention as seg
+from builders.qwen_vl.model import build_random, reference_outputs
 from quantize import optimize
 
 PACKS = [[[1, 4, 6]], [[1, 18, 46], [3, 4, 8], [1, 2, 64]], [[2, 10, 6], [1, 6, 10], [1, 2, 2]], [[4, 2, 2]]] + \
@@ -160,7 +160,7 @@ def test_no_tensor_of_n_by_n_size(graphs, stage, tmp_path):
 def test_torchscript_lowering_at_other_opsets(tiny_model, opset):
     """The function body follows the export's opset, so it inlines and runs at every allowed opset."""
     from builders import onnx_export
-    from builders.qwen3_vl import family
+    from builders.qwen_vl import family
 
     grid = np.array([[1, 16, 16], [1, 12, 20]])
     spec = family.io_spec(tiny_model)

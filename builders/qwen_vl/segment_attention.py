@@ -36,22 +36,44 @@ _msft = Opset("com.microsoft", 1)
 
 
 @onnxscript.script(Opset(DOMAIN, 1), default_opset=op)
-def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, num_heads: int,
-                     scale: float) -> FLOAT:
-    """[1, N, C] x 3, grid_thw [I, 3] -> [1, N, C]: MultiHeadAttention on each frame's rows."""
+def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, num_heads: int, scale: float,
+                     window: int) -> FLOAT:
+    """[1, N, C] x 3, grid_thw [I, 3] -> [1, N, C]: MultiHeadAttention on each segment's rows.
+
+    A segment is a frame (window == 0) or a window of window x window patches of a frame, cut back at the
+    frame's bottom and right edges (rows in window order: frame after frame, windows row-major).
+    """
     t = op.Gather(grid_thw, 0, axis=1)  # [I] frames per image
-    frame_size = op.Mul(op.Gather(grid_thw, 1, axis=1), op.Gather(grid_thw, 2, axis=1))  # [I] patches per frame
-    frames = op.ReduceSum(t, keepdims=0)  # F, scalar
-    frame = op.Range(0, frames, 1)  # [F]
-    # image of each frame: how many images end at or before it (F x I compare, no N-sized tensor)
-    ends_of_images = op.CumSum(t, 0)
-    image = op.ReduceSum(op.Cast(op.GreaterOrEqual(op.Unsqueeze(frame, [1]), op.Unsqueeze(ends_of_images, [0])),
-                                 to=INT64.dtype), [1], keepdims=0)  # [F]
-    size = op.Gather(frame_size, image)  # [F]
-    ends = op.CumSum(size, 0)  # [F] exclusive end row of each frame
+    h = op.Gather(grid_thw, 1, axis=1)  # [I] patch rows per frame
+    w = op.Gather(grid_thw, 2, axis=1)  # [I] patch columns per frame
+    side = op.Constant(value_int=window)
+    windowed = op.Greater(side, 0)
+    side_h = op.Where(windowed, side, h)  # [I] window rows (the whole frame without windows)
+    side_w = op.Where(windowed, side, w)
+    across_h = op.Div(op.Sub(op.Add(h, side_h), 1), side_h)  # [I] windows down a frame (ceil)
+    across_w = op.Div(op.Sub(op.Add(w, side_w), 1), side_w)  # [I] windows across a frame
+    per_frame = op.Mul(across_h, across_w)  # [I]
+    per_image = op.Mul(t, per_frame)  # [I] segments of each image
+    segments = op.ReduceSum(per_image, keepdims=0)  # S, scalar
+    segment = op.Range(0, segments, 1)  # [S]
+    # image of each segment: how many images end at or before it (S x I compare, no N-sized tensor)
+    image_ends = op.CumSum(per_image, 0)
+    image = op.ReduceSum(op.Cast(op.GreaterOrEqual(op.Unsqueeze(segment, [1]), op.Unsqueeze(image_ends, [0])),
+                                 to=INT64.dtype), [1], keepdims=0)  # [S]
+    local = op.Sub(segment, op.Gather(op.Sub(image_ends, per_image), image))  # [S] index inside its image
+    frame_windows = op.Gather(per_frame, image)
+    in_frame = op.Sub(local, op.Mul(op.Div(local, frame_windows), frame_windows))  # [S] index inside its frame
+    row = op.Div(in_frame, op.Gather(across_w, image))
+    col = op.Sub(in_frame, op.Mul(row, op.Gather(across_w, image)))
+    rows_h, rows_w = op.Gather(side_h, image), op.Gather(side_w, image)
+    rows = op.Min(rows_h, op.Sub(op.Gather(h, image), op.Mul(row, rows_h)))  # [S] cut back at the bottom edge
+    cols = op.Min(rows_w, op.Sub(op.Gather(w, image), op.Mul(col, rows_w)))  # [S] and at the right edge
+    size = op.Mul(rows, cols)  # [S]
+    ends = op.CumSum(size, 0)  # [S] exclusive end row of each segment
     starts = op.Sub(ends, size)
+
     @onnxscript.graph()
-    def frame_step(i: INT64, cond: BOOL, done):
+    def segment_step(i: INT64, cond: BOOL, done):
         at = op.Unsqueeze(i, [0])
         after = op.Add(at, [1])
         start, end = op.Slice(starts, at, after), op.Slice(ends, at, after)  # [1] each
@@ -60,7 +82,7 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
         return op.Identity(cond), op.SequenceInsert(done, attended)
 
     # An explicit (always true) condition: ORT's symbolic shape inference needs the Loop's second input.
-    outputs = op.Loop(frames, op.Constant(value=True), op.SequenceEmpty(dtype=FLOAT.dtype), body=frame_step)
+    outputs = op.Loop(segments, op.Constant(value=True), op.SequenceEmpty(dtype=FLOAT.dtype), body=segment_step)
     return op.ConcatFromSequence(outputs, axis=1)
 
 
@@ -72,9 +94,9 @@ SEGMENT_ATTENTION = SegmentAttention
 
 @torch.library.custom_op(OP_NAME, mutates_args=())
 def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, grid_thw: torch.Tensor,
-                      num_heads: int, scale: float) -> torch.Tensor:
-    """Eager: softmax(q k^T * scale) v inside each frame, as the model's eager attention. Shapes as above."""
-    sizes = [int(h * w) for t, h, w in grid_thw.tolist() for _ in range(int(t))]
+                      num_heads: int, scale: float, window: int) -> torch.Tensor:
+    """Eager: softmax(q k^T * scale) v inside each segment, as the model's eager attention. Shapes as above."""
+    sizes = segment_sizes(grid_thw.tolist(), window)
     width = query.shape[-1]
     out = []
     for q, k, v in zip(*(x[0].split(sizes) for x in (query, key, value))):
@@ -84,8 +106,18 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     return torch.cat(out)[None]
 
 
+def segment_sizes(grid_thw: list[list[int]], window: int) -> list[int]:
+    """Rows of each segment in order: each frame's h*w (window 0), else its windows' rows x columns."""
+    sizes = []
+    for t, h, w in grid_thw:
+        side_h, side_w = (window, window) if window else (h, w)
+        frame = [min(side_h, h - r) * min(side_w, w - c) for r in range(0, h, side_h) for c in range(0, w, side_w)]
+        sizes += frame * t
+    return sizes
+
+
 @segment_attention.register_fake
-def _(query, key, value, grid_thw, num_heads, scale):
+def _(query, key, value, grid_thw, num_heads, scale, window):
     return torch.empty_like(query)
 
 
@@ -105,12 +137,13 @@ class _AtOpset:
         return proto
 
 
-def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale):
+def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale, window):
     from torch.onnx import symbolic_helper
 
     out = g.onnxscript_op(_AtOpset(g.opset), query, key, value, grid_thw,
                           num_heads_i=symbolic_helper._get_const(num_heads, "i", "num_heads"),
-                          scale_f=symbolic_helper._get_const(scale, "f", "scale"))
+                          scale_f=symbolic_helper._get_const(scale, "f", "scale"),
+                          window_i=symbolic_helper._get_const(window, "i", "window"))
     return out.setType(query.type())
 
 

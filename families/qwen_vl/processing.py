@@ -1,9 +1,9 @@
 """Qwen3-VL preprocessing in the product runtime (no torch), from a package folder.
 
 Images: transformers' `Qwen2VLImageProcessorPil` configured from the package's preprocessor_config.json
-(families/qwen3_vl/preprocess.py): pixel_values float32 [h*w, 3*Tp*P*P], grid_thw int64 [[1, h, w]]
+(families/qwen_vl/preprocess.py): pixel_values float32 [h*w, 3*Tp*P*P], grid_thw int64 [[1, h, w]]
 (h, w in patches); the package must load with transformers' AutoImageProcessor (its PIL backend).
-A video: the numpy port of Qwen3VLVideoProcessor (families/qwen3_vl/preprocess_video.py), one entry
+A video: the numpy port of Qwen3VLVideoProcessor (families/qwen_vl/preprocess_video.py), one entry
 with t > 1.
 """
 
@@ -15,17 +15,17 @@ import numpy as np
 
 from core.errors import UsageError
 from families.base import Pack
-from families.qwen3_vl import contract
+from families.qwen_vl import contract
 
 
 def processor(folder: Path):
-    from families.qwen3_vl import preprocess as qwen3_vl
+    from families.qwen_vl import preprocess as qwen3_vl
 
     return qwen3_vl.load_processor(folder)
 
 
 def image_inputs(image: np.ndarray, loaded) -> dict[str, np.ndarray]:
-    from families.qwen3_vl import preprocess as qwen3_vl
+    from families.qwen_vl import preprocess as qwen3_vl
 
     pixel_values, grid_thw = qwen3_vl.preprocess(loaded, [image])
     return {"pixel_values": pixel_values, "grid_thw": grid_thw}
@@ -39,8 +39,8 @@ def load_processor(folder: Path):
 
 def embed_pack(folder: Path, images: list[tuple[Path, np.ndarray]], frames: list[tuple[Path, np.ndarray]]) -> Pack:
     """Images through the transformers processor, the video through the port; one packed grid."""
-    from families.qwen3_vl import preprocess as qwen3_vl
-    from families.qwen3_vl import preprocess_video as qwen3_vl_video
+    from families.qwen_vl import preprocess as qwen3_vl
+    from families.qwen_vl import preprocess_video as qwen3_vl_video
 
     loaded = qwen3_vl.load_processor(folder)
     merge = loaded.merge_size

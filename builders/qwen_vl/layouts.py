@@ -2,32 +2,29 @@
 1024x1024 = 4,096 patches, so that a buffer quadratic in the patch count shows), packs, videos, and
 layouts with the export example's patch count but another shape (where traced graphs lie).
 
-A case is (name, pixel_values float32 [N, 1536], grid_thw int64 [I, 3]).
+A case is (name, pixel_values float32 [N, C*Tp*P*P], grid_thw int64 [I, 3]).
 """
 
 import numpy as np
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from families.qwen3_vl.layouts import (
-    MAX_PIXELS,
-    MIN_PIXELS,
-    SMOKE_SIZES,
-    SYNTHETIC_PACKS,
-    random_pixels,
-    same_patch_count_layouts,
-)
+from families.qwen_vl.generations import QWEN3_VL, Generation
+from families.qwen_vl.layouts import SMOKE_SIZES, random_pixels, same_patch_count_layouts, synthetic_packs
 
 
-def image_processor(patch: int, merge: int, temporal: int) -> Qwen2VLImageProcessorPil:
-    """The Qwen image processor (PIL backend, no torchvision) as Qwen3-VL configures it."""
+def image_processor(patch: int, merge: int, temporal: int,
+                    generation: Generation = QWEN3_VL) -> Qwen2VLImageProcessorPil:
+    """The Qwen image processor (PIL backend, no torchvision) as the generation publishes it, at the model's
+    patch, merge and temporal patch sizes."""
+    min_pixels, max_pixels = generation.pixel_bounds
     return Qwen2VLImageProcessorPil(
         patch_size=patch,
         merge_size=merge,
         temporal_patch_size=temporal,
-        size={"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS},
-        image_mean=[0.5, 0.5, 0.5],
-        image_std=[0.5, 0.5, 0.5],
+        size={"shortest_edge": min_pixels, "longest_edge": max_pixels},
+        image_mean=generation.processor["image_mean"],
+        image_std=generation.processor["image_std"],
     )
 
 
@@ -39,16 +36,17 @@ def processed_images(sizes: list[tuple[int, int]], processor, rng: np.random.Gen
 
 
 def validation_cases(example: list, patch: int, merge: int, temporal: int, channels: int = 3,
-                     seed: int = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """The export stage's validation suite, deterministic for a seed."""
+                     seed: int = 0, generation: Generation = QWEN3_VL) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The export stage's validation suite, deterministic for a seed (the window packs where the generation
+    has windows)."""
     rng = np.random.default_rng(seed)
-    processor = image_processor(patch, merge, temporal)
+    processor = image_processor(patch, merge, temporal, generation)
     patch_dim = channels * temporal * patch * patch
     cases = []
     for h, w in SMOKE_SIZES:
         cases.append((f"image {h}x{w}", *processed_images([(h, w)], processor, rng)))
     cases.append(("pack 448x448 + 336x336", *processed_images([(448, 448), (336, 336)], processor, rng)))
-    cases += [(name, *random_pixels(grid, patch_dim, rng)) for name, grid in SYNTHETIC_PACKS]
+    cases += [(name, *random_pixels(grid, patch_dim, rng)) for name, grid in synthetic_packs(generation.windows)]
     cases.append(("export example", *random_pixels(example, patch_dim, rng)))
     for number, grid in enumerate(same_patch_count_layouts(example, merge), 1):
         cases.append((f"same patch count #{number}", *random_pixels(grid, patch_dim, rng)))

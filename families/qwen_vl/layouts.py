@@ -12,23 +12,35 @@ import numpy as np
 # 4,096 patches in one frame, so that an attention buffer quadratic in the patch count (N x N) shows up
 # in time and memory at every stage (cheap at the tiny config).
 SMOKE_SIZES = [(224, 224), (336, 336), (448, 448), (512, 384), (1024, 1024)]
-# Qwen3-VL's preprocessor settings: pixels between 256*256 and 4096*4096.
+# Qwen3-VL's preprocessor settings: pixels between 256*256 and 4096*4096 (each generation's: `generations`).
 MIN_PIXELS, MAX_PIXELS = 65536, 16777216
 # Packs of synthetic frames every validation includes: (name, grid_thw).
 SYNTHETIC_PACKS = [
     ("video t=2 256x256", [[2, 16, 16]]),
     ("pack image + video t=2 + image", [[1, 12, 20], [2, 8, 8], [1, 6, 4]]),
 ]
+# Window attention (Qwen2.5-VL: windows of 8 x 8 patches): frames whose sides are no multiple of the window, so
+# that edge windows are partial, and a pack in which the windows of different images and frames would touch.
+WINDOW_PACKS = [
+    ("windows: partial edges 10x14", [[1, 10, 14]]),
+    ("windows: partial windows of touching images", [[1, 6, 10], [2, 10, 6], [1, 2, 18]]),
+]
 
 
-def smart_resize(height: int, width: int, factor: int) -> tuple[int, int]:
-    """The Qwen processor's resize: multiples of `factor`, pixel count within [MIN_PIXELS, MAX_PIXELS]."""
+def synthetic_packs(windows: bool) -> list[tuple[str, list]]:
+    """The synthetic packs of a generation's suite: SYNTHETIC_PACKS, and WINDOW_PACKS where it has windows."""
+    return SYNTHETIC_PACKS + (WINDOW_PACKS if windows else [])
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int = MIN_PIXELS,
+                 max_pixels: int = MAX_PIXELS) -> tuple[int, int]:
+    """The Qwen processor's resize: multiples of `factor`, pixel count within [min_pixels, max_pixels]."""
     h, w = round(height / factor) * factor, round(width / factor) * factor
-    if h * w > MAX_PIXELS:
-        beta = math.sqrt(height * width / MAX_PIXELS)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
         h, w = (max(factor, math.floor(x / beta / factor) * factor) for x in (height, width))
-    elif h * w < MIN_PIXELS:
-        beta = math.sqrt(MIN_PIXELS / (height * width))
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
         h, w = (math.ceil(x * beta / factor) * factor for x in (height, width))
     return h, w
 
@@ -60,16 +72,19 @@ def random_pixels(grid_thw, patch_dim: int, rng: np.random.Generator) -> tuple[n
     return rng.standard_normal((int(np.prod(grid, 1).sum()), patch_dim), dtype=np.float32), grid
 
 
-def default_layouts(example: list[list[int]], patch: int = 16, merge: int = 2) -> list[tuple[str, dict]]:
+def default_layouts(example: list[list[int]], patch: int = 16, merge: int = 2,
+                    pixel_bounds: tuple[int, int] = (MIN_PIXELS, MAX_PIXELS),
+                    windows: bool = False) -> list[tuple[str, dict]]:
     """(case, {"grid_thw"}) for a model whose report lists no cases: smoke sizes, a pack, a t=2 video,
-    a mixed pack, the export example and same-patch-count variants of it (the export stage's suite)."""
+    a mixed pack (and the window packs), the export example and same-patch-count variants of it (the
+    export stage's suite)."""
     def image(h: int, w: int) -> list[int]:
-        rh, rw = smart_resize(h, w, patch * merge)
+        rh, rw = smart_resize(h, w, patch * merge, *pixel_bounds)
         return [1, rh // patch, rw // patch]
 
     grids = [(f"image {h}x{w}", [image(h, w)]) for h, w in SMOKE_SIZES]
     grids.append(("pack 448x448 + 336x336", [image(448, 448), image(336, 336)]))
-    grids += SYNTHETIC_PACKS
+    grids += synthetic_packs(windows)
     grids.append(("export example", example))
     grids += [(f"same patch count #{number}", grid)
               for number, grid in enumerate(same_patch_count_layouts(example, merge), 1)]

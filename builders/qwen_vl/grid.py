@@ -1,4 +1,4 @@
-"""Every grid-dependent tensor of the Qwen3-VL vision tower as vectorised tensor math.
+"""Every grid-dependent tensor of a Qwen vision tower as vectorised tensor math.
 
 The eager model derives rotary position ids, position-embedding interpolation taps and attention
 boundaries from `grid_thw` with Python loops, `.tolist()` and `repeat_interleave`; traced, those bake the
@@ -6,7 +6,8 @@ export grid into the graph. Here each is computed from `grid_thw` int64 [I, 3] a
 (`pixel_values.shape[0]`) with arange / compare / gather / integer arithmetic only, so one graph is
 right for every layout. Patches are laid out as the Qwen processor emits them: image after image, frame
 after frame, and inside a frame in spatial-merge-block order (block_row, block_col, in_row, in_col).
-The attention's frame segments are derived inside its own ONNX lowering (`segment_attention`).
+The attention's frame (and window) segments are derived inside its own ONNX lowering (`segment_attention`).
+Shared by every Qwen generation; Qwen2.5-VL's window permutation is `window_order`.
 """
 
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ class PatchLayout:
     col: torch.Tensor  # patch column inside its frame, 0..w-1
     height: torch.Tensor  # h of the patch's image
     width: torch.Tensor  # w of the patch's image
+    frame_start: torch.Tensor  # index of the first patch of the patch's frame
 
 
 def patch_layout(grid_thw: torch.Tensor, num_patches: torch.Tensor | int, merge: int) -> PatchLayout:
@@ -53,6 +55,7 @@ def patch_layout(grid_thw: torch.Tensor, num_patches: torch.Tensor | int, merge:
         col=block_col * merge + in_col,
         height=height,
         width=width,
+        frame_start=index - within,
     )
 
 
@@ -72,6 +75,32 @@ def interpolation_taps(layout: PatchLayout, side: int) -> tuple[torch.Tensor, to
     indices = (h_taps[:, :, None] * side + w_taps[:, None, :]).reshape(-1, 4)
     weights = (h_weights[:, :, None] * w_weights[:, None, :]).reshape(-1, 4)
     return indices, weights
+
+
+def window_order(layout: PatchLayout, merge: int, window: int) -> torch.Tensor:
+    """Qwen2.5-VL's `window_index`, int64 [N / merge**2]: the merged token at each position of the window order.
+
+    The window order (transformers' `get_vision_window_index`) keeps frames in place and, inside a frame, lists
+    windows of window x window patches row-major, each window's merged tokens row-major; windows at the
+    bottom and right edges are cut back to the frame. Computed here as each merged token's position in that
+    order (windows above fill whole window rows; windows to the left have the window's full width and this
+    window row's height), then inverted with one scatter.
+    """
+    unit = merge * merge
+    first = torch.arange(0, layout.row.shape[0], unit, device=layout.row.device)  # [M] first patch of each token
+    row = torch.div(layout.row[first], merge, rounding_mode="floor")  # merged row inside the frame
+    col = torch.div(layout.col[first], merge, rounding_mode="floor")
+    height = torch.div(layout.height[first], merge, rounding_mode="floor")  # merged rows of the frame
+    width = torch.div(layout.width[first], merge, rounding_mode="floor")
+    frame_start = torch.div(layout.frame_start[first], unit, rounding_mode="floor")  # in merged tokens
+    side = window // merge  # window side in merged tokens
+    window_row = torch.div(row, side, rounding_mode="floor")
+    window_col = torch.div(col, side, rounding_mode="floor")
+    rows_here = torch.clamp(height - window_row * side, max=side)  # rows of this token's window
+    cols_here = torch.clamp(width - window_col * side, max=side)
+    position = (frame_start + window_row * side * width + window_col * side * rows_here
+                + (row - window_row * side) * cols_here + (col - window_col * side))
+    return torch.zeros_like(position).scatter(0, position, torch.arange(position.shape[0], device=position.device))
 
 
 def image_boundaries(grid_thw: torch.Tensor) -> torch.Tensor:

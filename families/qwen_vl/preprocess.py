@@ -1,7 +1,7 @@
-"""Qwen3-VL image preprocessing: transformers' own PIL-backend processor, configured from a package.
+"""Qwen-VL image preprocessing (every generation): transformers' own PIL-backend processor, configured from a package.
 
 `Qwen2VLImageProcessorPil` runs without torch and returns numpy; it is not re-implemented here.
-Output of `preprocess`: pixel_values float32 [sum(h*w), 1536] (3 channels x temporal patch 2 x 16 x 16,
+Output of `preprocess`: pixel_values float32 [sum(h*w), 3*2*P*P] (3 channels x temporal patch 2 x P x P, P = 14 or 16,
 each image repeated over the temporal patch) and grid_thw int64 [num_images, 3] = (1, h, w) in patches.
 """
 
@@ -13,29 +13,22 @@ from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from core.errors import UsageError
-from families.qwen3_vl.layouts import MAX_PIXELS, MIN_PIXELS
+from families.qwen_vl.generations import QWEN3_VL
 
 CONFIG_FILE = "preprocessor_config.json"
-#: Qwen3-VL's image processor settings (Qwen/Qwen3-VL-*-Instruct preprocessor_config.json).
-SETTINGS = {
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "min_pixels": MIN_PIXELS,
-    "max_pixels": MAX_PIXELS,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-}
+#: Qwen3-VL's image processor settings (Qwen/Qwen3-VL-*-Instruct preprocessor_config.json); every generation's
+#: are its `Generation.processor`.
+SETTINGS = QWEN3_VL.processor
 
 
-def processor(**overrides) -> Qwen2VLImageProcessorPil:
-    """The processor with Qwen3-VL's settings (keyword arguments override them)."""
-    return Qwen2VLImageProcessorPil(**{**SETTINGS, **overrides})
+def processor(settings: dict = SETTINGS, **overrides) -> Qwen2VLImageProcessorPil:
+    """The processor with a generation's settings (Qwen3-VL's by default; keyword arguments override them)."""
+    return Qwen2VLImageProcessorPil(**{**settings, **overrides})
 
 
-def save_config(folder: str | Path, **overrides) -> Path:
+def save_config(folder: str | Path, settings: dict = SETTINGS, **overrides) -> Path:
     """Write FOLDER/preprocessor_config.json with the processor's own `save_pretrained`."""
-    processor(**overrides).save_pretrained(str(folder))
+    processor(settings, **overrides).save_pretrained(str(folder))
     return Path(folder) / CONFIG_FILE
 
 

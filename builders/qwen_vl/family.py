@@ -1,0 +1,116 @@
+"""What the generic export command needs to know about a Qwen vision encoder, for every generation.
+
+One `QwenBuilder` per generation (`builders.family.Family` protocol); the registry's `builder` names each
+as `builders.qwen_vl.family:<family>` (e.g. `builders.qwen_vl.family:qwen2.5-vl`, an entry of `BUILDERS`).
+"""
+
+import json
+
+import numpy as np
+import torch
+
+from builders.config import ModelConfig
+from builders.onnx_export import IOSpec
+from builders.qwen_vl import layouts
+from builders.qwen_vl.generations import TORCH_GENERATIONS, TorchGeneration
+from builders.qwen_vl.model import VisionEncoder, build_from_checkpoint, build_random, reference_outputs
+from core.errors import UsageError
+from families import FAMILIES
+from families.qwen_vl import contract
+
+
+def patch_dim(visual) -> int:
+    """Row length of pixel_values: channels * temporal patch * patch * patch (1536 at patch 16, 1176 at 14)."""
+    c = visual.config
+    return c.in_channels * c.temporal_patch_size * c.patch_size * c.patch_size
+
+
+def merge_size(visual) -> int:
+    return visual.config.spatial_merge_size
+
+
+class QwenBuilder:
+    """The torch side of one Qwen generation's family."""
+
+    def __init__(self, generation: TorchGeneration):
+        self.generation = generation
+        self.NAME = generation.family
+        # What a report records of a case: the torch-free family's layout facts (later stages rebuild inputs).
+        self.case_facts = FAMILIES[generation.family].case_layout
+
+    def build(self, config: ModelConfig, checkpoint: str | None, seed: int) -> tuple[torch.nn.Module, dict]:
+        """The eager vision tower and facts for the report (`weights`: random | checkpoint)."""
+        if checkpoint:
+            visual, folder = build_from_checkpoint(self.generation, checkpoint)
+            return visual, {"weights": "checkpoint", "checkpoint": str(folder)}
+        return build_random(config, seed), {"weights": "random", "seed": seed}
+
+    def trace_memory_bytes(self, visual, grid_thw: np.ndarray) -> int:
+        """Rough peak bytes of exporting and validating at `grid_thw`: the largest frame's attention scores
+        (heads x n x n float32, in the eager reference) plus the activations of every patch (N x MLP width,
+        a few live copies) on top of the weights."""
+        c = visual.config
+        frames = grid_thw[:, 1] * grid_thw[:, 2]
+        patches = int((grid_thw[:, 0] * frames).sum())
+        largest = int(frames.max())
+        weights = sum(p.numel() for p in visual.parameters()) * 4
+        mlp = getattr(c, "intermediate_size", None) or getattr(c, self.generation.facts.width_key) * c.mlp_ratio
+        return weights + c.num_heads * largest * largest * 4 + patches * mlp * 4 * 4
+
+    def io_spec(self, visual) -> IOSpec:
+        """The I/O contract of the design: names and symbolic dims."""
+        outputs = contract.output_names(len(getattr(visual.config, "deepstack_visual_indexes", ())))
+        axes = {"pixel_values": {0: contract.DIM_PATCHES}, "grid_thw": {0: contract.DIM_IMAGES}}
+        axes.update({name: {0: contract.DIM_TOKENS} for name in outputs})
+        # N = sum(t*h*w) with h, w multiples of the merge size: torch.export needs to know N % merge**2 == 0.
+        multiple = {contract.DIM_PATCHES: visual.config.spatial_merge_size**2}
+        return IOSpec(list(contract.INPUT_NAMES), outputs, axes, multiple)
+
+    def export_module(self, visual) -> torch.nn.Module:
+        return VisionEncoder(visual).eval()
+
+    def example(self, config: ModelConfig, visual, items: list[str] | None) -> np.ndarray:
+        """The export grid_thw int64 [I, 3]: `--example-grid T,H,W` items, else the config's."""
+        if items:
+            try:
+                grid = [[int(v) for v in item.split(",")] for item in items]
+            except ValueError:
+                raise UsageError(f"--example-grid takes T,H,W integers, got {items}") from None
+        else:
+            grid = config.example_grid_thw
+        return contract.check_grid(grid, merge_size(visual))
+
+    def example_inputs(self, visual, grid_thw: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
+        """Random pixels for the example grid: {pixel_values [N, patch_dim], grid_thw [I, 3]} as torch tensors."""
+        pixels, grid = layouts.random_pixels(grid_thw, patch_dim(visual), np.random.default_rng(seed))
+        return {"pixel_values": torch.from_numpy(pixels), "grid_thw": torch.from_numpy(grid)}
+
+    def validation_cases(self, visual, grid_thw: np.ndarray, seed: int) -> list[tuple[str, dict[str, np.ndarray]]]:
+        """(name, {pixel_values, grid_thw}) of every layout of `layouts.validation_cases`."""
+        c = visual.config
+        cases = layouts.validation_cases(grid_thw.tolist(), c.patch_size, c.spatial_merge_size,
+                                         c.temporal_patch_size, c.in_channels, seed, self.generation.facts)
+        return [(name, {"pixel_values": pixels, "grid_thw": grid}) for name, pixels, grid in cases]
+
+    def reference(self, visual):
+        """{pixel_values, grid_thw} -> eager outputs, numpy."""
+        return lambda inputs: reference_outputs(visual, inputs["pixel_values"], inputs["grid_thw"])
+
+    def metadata(self, visual, grid_thw: np.ndarray) -> dict:
+        """Facts later stages read from the ONNX (surgery reads the export grid)."""
+        c = visual.config
+        patches = contract.num_patches(grid_thw)
+        return {
+            "family": self.generation.family,
+            "export_grid_thw": json.dumps(grid_thw.tolist()),
+            "export_num_patches": patches,
+            "export_num_tokens": patches // c.spatial_merge_size**2,
+            "spatial_merge_size": c.spatial_merge_size,
+            "patch_dim": patch_dim(visual),
+            "out_hidden_size": getattr(c, self.generation.facts.out_hidden_key),
+            "deepstack_visual_indexes": json.dumps(list(getattr(c, "deepstack_visual_indexes", ()))),
+        }
+
+
+#: family name -> its builder; the registry's `builder` string `builders.qwen_vl.family:NAME` names one.
+BUILDERS: dict[str, QwenBuilder] = {name: QwenBuilder(g) for name, g in TORCH_GENERATIONS.items()}

@@ -1,0 +1,89 @@
+"""Release facts of the Qwen vision generations (torch-free): the vision `config.json`, the
+`preprocessor_config.json`, usage.
+
+- `config.json` is the generation's vision config class's `save_pretrained` (`Qwen2VLVisionConfig`,
+  `Qwen2_5_VLVisionConfig`, `Qwen3VLVisionConfig`, `Qwen3_5VisionConfig`): from the checkpoint's `config.json`
+  (`vision_config`) when the export used a checkpoint, else from the `vision` section of the config
+  file the export recorded (configs/NAME.yaml). Its facts are checked against the ONNX metadata.
+- `preprocessor_config.json` is what the model's own processor writes with `save_pretrained`: the
+  checkpoint's processor when the checkpoint ships one, else transformers' `Qwen2VLImageProcessorPil`
+  (torch-free) with the generation's published settings (`Generation.processor`: Qwen2-VL and Qwen2.5-VL
+  patch 14 and CLIP normalisation, Qwen3-VL and Qwen3.5 patch 16 and mean = std = 0.5), patch, temporal patch
+  and merge sizes taken from the vision config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.errors import UsageError
+from families import export_facts
+from families.qwen_vl.generations import Generation
+
+ACCEPTS = "every image size, image count and video length the model accepts, mixed in one pack"
+
+def config_writer(generation: Generation):
+    """`write_config(report, metadata, dest)` of a generation: writes `dest/config.json` (its vision config)."""
+
+    def write_config(report: dict, metadata: dict, dest: Path) -> dict:
+        checkpoint = export_facts.checkpoint(report)
+        if checkpoint is not None:
+            raw = export_facts.read_json(checkpoint / "config.json")
+            config = generation.model_config_class()(**raw).vision_config
+            source = f"{checkpoint}/config.json"
+        else:
+            config = generation.vision_config_class()(**export_facts.config_vision(report))
+            source = report["config"]
+        patch_dim = config.in_channels * config.temporal_patch_size * config.patch_size**2
+        export_facts.check_against_metadata({
+            "spatial_merge_size": config.spatial_merge_size,
+            "out_hidden_size": getattr(config, generation.out_hidden_key),
+            "patch_dim": patch_dim,
+            "deepstack_visual_indexes": json.dumps(list(getattr(config, "deepstack_visual_indexes", []))),
+        }, metadata, source)
+        config.save_pretrained(dest)
+        return export_facts.read_json(dest / "config.json")
+
+    return write_config
+
+
+def processor_writer(generation: Generation):
+    """`write_processor(report, metadata, dest)` of a generation: writes `dest/preprocessor_config.json` through
+    the processor's own `save_pretrained` (the checkpoint's when it ships one, else the generation's settings)."""
+
+    def write_processor(report: dict, metadata: dict, dest: Path) -> dict:
+        from transformers import AutoImageProcessor
+
+        from families.qwen_vl import preprocess
+
+        checkpoint = export_facts.checkpoint(report)
+        if checkpoint is not None and (checkpoint / "preprocessor_config.json").is_file():
+            AutoImageProcessor.from_pretrained(checkpoint, backend="pil").save_pretrained(dest)
+        else:
+            config = export_facts.read_json(dest / "config.json")
+            preprocess.save_config(dest, generation.processor, patch_size=config["patch_size"],
+                                   temporal_patch_size=config["temporal_patch_size"],
+                                   merge_size=config["spatial_merge_size"])
+        written = export_facts.read_json(dest / "preprocessor_config.json")
+        merge = written.get("merge_size")
+        if str(merge) != str(metadata.get("spatial_merge_size", merge)):
+            raise UsageError(f"the processor's merge_size {merge} differs from the model's spatial_merge_size "
+                             f"{metadata.get('spatial_merge_size')}")
+        return written
+
+    return write_processor
+
+
+USAGE = """\
+import numpy as np
+import onnxruntime as ort
+from PIL import Image
+from transformers import AutoImageProcessor
+
+processor = AutoImageProcessor.from_pretrained("PACKAGE")  # Qwen2VLImageProcessorPil: no torch needed
+batch = processor(images=[Image.open("photo.jpg")], return_tensors="np")
+session = ort.InferenceSession("PACKAGE/onnx/FILE", providers=["CPUExecutionProvider"])
+image_features, *deepstack = session.run(None, {"pixel_values": batch["pixel_values"].astype(np.float32),
+                                              "grid_thw": batch["image_grid_thw"].astype(np.int64)})
+"""
