@@ -31,6 +31,10 @@ FACTOR_RANGE = (20.0, 100.0)
 SEED = 0
 PASS_THROUGH = ("Reshape", "Identity", "Squeeze", "Unsqueeze", "Flatten")
 
+#: Normalisations whose input is the residual stream when an Add feeds them (RMSNorm fused by ORT's optimizer is
+#: SimplifiedLayerNormalization, input 0 and scale 1, as LayerNormalization's input 0 and gamma 1).
+NORMS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
+
 
 def choose_channels(hidden: int, count: int = NUM_CHANNELS, seed: int = SEED) -> tuple[list[int], list[float]]:
     """`count` distinct channels in [0, hidden) (seeded) and their factors, geometric over FACTOR_RANGE."""
@@ -44,7 +48,8 @@ def residual_contributions(model: ir.Model) -> tuple[list[ir.Value], list[ir.Val
     """(tensors summed into the residual stream, the stream's sums themselves).
 
     SkipLayerNormalization(input, skip, gamma, beta, bias) -> (..., input + skip + bias): input and skip
-    are contributions, output 3 a sum. Add(a, b) whose output a LayerNormalization reads: a sum of a, b.
+    are contributions, output 3 a sum. Add(a, b) whose output a LayerNormalization (or an RMSNorm, ORT's
+    SimplifiedLayerNormalization: Qwen2.5-VL) reads: a sum of a, b.
     """
     sums: list[ir.Value] = []
     parts: list[ir.Value] = []
@@ -54,7 +59,7 @@ def residual_contributions(model: ir.Model) -> tuple[list[ir.Value], list[ir.Val
             if len(node.outputs) > 3:
                 sums.append(node.outputs[3])
         elif (node.op_type == "Add" and all(v is not None and v.const_value is None for v in node.inputs)
-              and any(use.node.op_type == "LayerNormalization" for use in node.outputs[0].uses())):
+              and any(use.node.op_type in NORMS for use in node.outputs[0].uses())):
             parts += list(node.inputs)
             sums.append(node.outputs[0])
     return parts, sums
@@ -84,6 +89,9 @@ def _writer(value: ir.Value, sums: set[int], hidden: int) -> list[tuple[ir.Node,
     if node is None or id(value) in sums:
         return []
     if node.op_type in PASS_THROUGH:
+        return _writer(node.inputs[0], sums, hidden)
+    if node.op_type == "Gather" and node.attributes.get_int("axis", 0) == 0 and node.inputs[0].const_value is None:
+        # rows reordered, channels kept (Qwen2.5-VL's window order of the patch embedding)
         return _writer(node.inputs[0], sums, hidden)
     if node.op_type == "Transpose":  # [B, C, L] -> [B, L, C] after a Conv (SigLIP's patch embedding)
         perm = node.attributes.get("perm")
@@ -120,7 +128,7 @@ def stress(model: ir.Model, channels: list[int] | None = None, factors: list[flo
     parts, sum_values = residual_contributions(model)
     if not parts:
         raise UsageError("the model has no residual stream this check recognises (no SkipLayerNormalization and "
-                         "no Add feeding a LayerNormalization)")
+                         "no Add feeding a LayerNormalization or SimplifiedLayerNormalization)")
     hidden = _hidden_size(model)
     if channels is None:
         channels, factors = choose_channels(hidden)
@@ -171,7 +179,7 @@ def _hidden_size(model: ir.Model) -> int:
     if "hidden_size" in props:
         return int(props["hidden_size"])
     for node in model.graph:
-        if node.op_type in ("SkipLayerNormalization", "LayerNormalization"):
+        if node.op_type == "SkipLayerNormalization" or node.op_type in NORMS:
             gamma = node.inputs[2 if node.op_type == "SkipLayerNormalization" else 1]
             if gamma is not None and gamma.const_value is not None:
                 return int(gamma.const_value.shape[-1])

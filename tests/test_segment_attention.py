@@ -15,8 +15,10 @@ from onnx import TensorProto, helper
 from transformers import vision_utils
 
 from builders.config import load_config
+from builders.qwen_vl import grid as grid_math
 from builders.qwen_vl import layouts, patcher
 from builders.qwen_vl import segment_attention as seg
+from builders.qwen_vl.generations import TORCH_GENERATIONS
 from builders.qwen_vl.model import build_random, reference_outputs
 from quantize import optimize
 
@@ -27,33 +29,66 @@ SHAPE_CHECKS = [[[1, 48, 48]], [[1, 64, 64]], [[1, 48, 48], [2, 16, 16]]]
 PATCH_DIM = 1536
 
 
+TINY = {"qwen2-vl": "qwen2-vl-tiny", "qwen2.5-vl": "qwen2.5-vl-tiny", "qwen3-vl": "qwen3-vl-tiny",
+        "qwen3.5": "qwen3.5-tiny"}
+#: Qwen2.5-VL's tiny windows: 112 pixels of patch 14 = 8 patches a side.
+WINDOW = 8
+
+
 @pytest.fixture(scope="module")
 def tiny_model():
     return build_random(load_config("qwen3-vl-tiny"), seed=0)
 
 
+@pytest.fixture(scope="module")
+def tiny_models():
+    return {family: build_random(load_config(name), seed=0) for family, name in TINY.items()}
+
+
+@pytest.mark.parametrize("family", TINY)
 @pytest.mark.parametrize("pack", PACKS, ids=str)
-def test_patched_attention_equals_the_models_own(tiny_model, pack):
-    attention = tiny_model.blocks[1].attn
+def test_patched_attention_equals_the_models_own(tiny_models, family, pack):
+    """Every generation's own attention on frames, and Qwen2.5-VL's on the window-ordered sequence with the
+    windows of transformers' `get_vision_window_index`."""
+    model, generation = tiny_models[family], TORCH_GENERATIONS[family]
+    attention = model.blocks[0].attn
     grid_thw = torch.tensor(pack)
     n = int(grid_thw.prod(-1).sum())
-    hidden = torch.randn(n, tiny_model.config.hidden_size, generator=torch.Generator().manual_seed(n))
-    position_embeddings = tiny_model.rotary_pos_emb(hidden, vision_utils.get_vision_position_ids(grid_thw, 2))
-    cu_seqlens = vision_utils.get_vision_cu_seqlens(grid_thw)
-    with torch.no_grad():
-        expected = attention(hidden, cu_seqlens=cu_seqlens, position_embeddings=position_embeddings)
-        got = patcher.segment_attention_forward(attention, hidden, None, position_embeddings,
-                                                **{patcher.GRID_KWARG: grid_thw})
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    hidden = torch.randn(n, attention.dim, generator=torch.Generator().manual_seed(n))
+    position_embeddings = model.rotary_pos_emb(hidden, vision_utils.get_vision_position_ids(grid_thw, 2))
+    windows = [0]
+    if generation.facts.windows:
+        windows.append(WINDOW)
+        _, cu_windows = vision_utils.get_vision_window_index(grid_thw, 2, model.config.window_size, 14)
+    for window in windows:
+        cu_seqlens = cu_windows if window else vision_utils.get_vision_cu_seqlens(grid_thw)
+        setattr(attention, patcher.WINDOW_ATTR, window)
+        forward = patcher.segment_attention_forward(generation)
+        with torch.no_grad():
+            expected = attention(hidden, cu_seqlens=cu_seqlens, position_embeddings=position_embeddings)
+            got = forward(attention, hidden, None, position_embeddings, **{patcher.GRID_KWARG: grid_thw})
+        delattr(attention, patcher.WINDOW_ATTR)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5, msg=f"window {window}")
 
 
-def _lowering_model(width: int, heads: int, scale: float) -> onnx.ModelProto:
+@pytest.mark.parametrize("pack", PACKS + [[[1, 10, 14]], [[1, 6, 10], [2, 10, 6], [1, 2, 18]]], ids=str)
+def test_window_order_equals_transformers(pack):
+    """The vectorised window permutation equals transformers' loop (windows of 8 patches, partial at edges)."""
+    grid_thw = torch.tensor(pack)
+    n = int(grid_thw.prod(-1).sum())
+    expected, cu_windows = vision_utils.get_vision_window_index(grid_thw, 2, 112, 14)
+    got = grid_math.window_order(grid_math.patch_layout(grid_thw, n, 2), 2, WINDOW)
+    torch.testing.assert_close(got, expected.to(got.dtype))
+    assert seg.segment_sizes(pack, WINDOW) == torch.diff(cu_windows).tolist()
+
+
+def _lowering_model(width: int, heads: int, scale: float, window: int = 0) -> onnx.ModelProto:
     """One call of the ONNX function: query, key, value [1, N, width], grid_thw [I, 3] -> [1, N, width]."""
     names = ["query", "key", "value"]
     inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, "N", width]) for x in names]
     inputs.append(helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["I", 3]))
     node = helper.make_node("SegmentAttention", [*names, "grid_thw"], ["out"], domain=seg.DOMAIN,
-                            num_heads=heads, scale=scale)
+                            num_heads=heads, scale=scale, window=window)
     graph = helper.make_graph([node], "lowering", inputs,
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
     imports = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1),
@@ -62,9 +97,10 @@ def _lowering_model(width: int, heads: int, scale: float) -> onnx.ModelProto:
                              ir_version=10)
 
 
-def test_onnx_lowering_equals_the_torch_op():
+@pytest.mark.parametrize("window", [0, 4, WINDOW])
+def test_onnx_lowering_equals_the_torch_op(window):
     heads, width, scale = 4, 32, 0.125
-    session = ort.InferenceSession(_lowering_model(width, heads, scale).SerializeToString(),
+    session = ort.InferenceSession(_lowering_model(width, heads, scale, window).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     for pack in PACKS:
@@ -72,7 +108,7 @@ def test_onnx_lowering_equals_the_torch_op():
         q, k, v = (rng.standard_normal((1, n, width), dtype=np.float32) for _ in range(3))
         grid = np.asarray(pack, dtype=np.int64)
         (got,) = session.run(None, {"query": q, "key": k, "value": v, "grid_thw": grid})
-        expected = seg.segment_attention(*(torch.from_numpy(x) for x in (q, k, v, grid)), heads, scale)
+        expected = seg.segment_attention(*(torch.from_numpy(x) for x in (q, k, v, grid)), heads, scale, window)
         np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-5, err_msg=str(pack))
 
 
@@ -160,8 +196,9 @@ def test_no_tensor_of_n_by_n_size(graphs, stage, tmp_path):
 def test_torchscript_lowering_at_other_opsets(tiny_model, opset):
     """The function body follows the export's opset, so it inlines and runs at every allowed opset."""
     from builders import onnx_export
-    from builders.qwen_vl import family
+    from builders.qwen_vl.family import BUILDERS
 
+    family = BUILDERS["qwen3-vl"]
     grid = np.array([[1, 16, 16], [1, 12, 20]])
     spec = family.io_spec(tiny_model)
     model = onnx_export.export_torchscript(family.export_module(tiny_model),

@@ -1,7 +1,8 @@
 """2D rotary embedding (rotate_half form) -> com.microsoft RotaryEmbedding, one cos/sin row per patch.
 
 Target, x [N, H, D], cos = Concat(c, c, axis=-1) and sin = Concat(s, s, axis=-1) [N, D] with
-c, s [N, D/2] (Qwen3-VL's 2D RoPE: per-patch row/column frequencies), feeding the packed layout:
+c, s [N, D/2] (the Qwen towers' 2D RoPE: per-patch row/column frequencies; Qwen2.5-VL permutes the rows of
+cos and sin into window order, which the cache then replays on c and s), feeding the packed layout:
     y = Reshape(x * Unsqueeze(cos, [-2]) + Concat(-x[..., D/2:], x[..., :D/2]) * Unsqueeze(sin, [-2]),
                 [1, -1, H*D])                                                    # [1, N, H*D]
 Replacement:
@@ -20,17 +21,55 @@ from quantize.passes import _rules
 INT64_MAX = np.iinfo(np.int64).max
 
 
-def _half_table(table: ir.Value) -> ir.Value | None:
-    """t [N, D/2] when `table` is Unsqueeze(Concat(t, t, axis=-1), [-2 or 1]) [N, 1, D], else None."""
+def _ends_in_minus_one(shape: ir.Value) -> bool:
+    """A Reshape shape whose last entry is -1 (constant, or the last input of the Concat building it)."""
+    value = _rules.const(shape)
+    if value is not None:
+        return value.size > 0 and int(value.ravel()[-1]) == -1
+    concat = shape.producer()
+    return concat is not None and concat.op_type == "Concat" and _rules.is_const(concat.inputs[-1], [-1])
+
+
+def _row_permutation(table: ir.Value) -> tuple[ir.Value, tuple] | None:
+    """(inner, (shape1, index, shape2)) when `table` is Reshape(Gather(Reshape(inner, shape1), index, axis=0),
+    shape2) with both shapes ending in -1: the rows of `inner` permuted in groups (Qwen2.5-VL's window order,
+    `permute_input_for_window_attn`), which permutes a half-width table the same way; else None."""
+    outer = table.producer()
+    if outer is None or outer.op_type != "Reshape" or not _ends_in_minus_one(outer.inputs[1]):
+        return None
+    gather = outer.inputs[0].producer()
+    if gather is None or gather.op_type != "Gather" or gather.attributes.get_int("axis", 0) != 0:
+        return None
+    inner = gather.inputs[0].producer()
+    if inner is None or inner.op_type != "Reshape" or not _ends_in_minus_one(inner.inputs[1]):
+        return None
+    return inner.inputs[0], (inner.inputs[1], gather.inputs[1], outer.inputs[1])
+
+
+def _half_table(table: ir.Value) -> tuple[ir.Value, tuple | None] | None:
+    """(t [N, D/2], permutation) when `table` is Unsqueeze(Concat(t, t, axis=-1), [-2 or 1]) [N, 1, D], its rows
+    possibly permuted in between (`_row_permutation`: then permutation names how, to be applied to t); else None."""
     unsqueeze = table.producer()
     if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or not (
             _rules.is_const(unsqueeze.inputs[1], [-2]) or _rules.is_const(unsqueeze.inputs[1], [1])):
         return None
-    concat = unsqueeze.inputs[0].producer()
+    full, permutation = unsqueeze.inputs[0], None
+    if (permuted := _row_permutation(full)) is not None:
+        full, permutation = permuted
+    concat = full.producer()
     if concat is None or concat.op_type != "Concat" or len(concat.inputs) != 2 \
             or concat.inputs[0] is not concat.inputs[1] or concat.attributes.get_int("axis", 0) not in (-1, 1):
         return None
-    return concat.inputs[0]
+    return concat.inputs[0], permutation
+
+
+def _cache(op, table: ir.Value) -> ir.Value:
+    """The RotaryEmbedding cache [N, D/2] of a matched cos/sin table: t, permuted as the table's rows were."""
+    half, permutation = _half_table(table)
+    if permutation is None:
+        return half
+    shape1, index, shape2 = permutation
+    return op.Reshape(op.Gather(op.Reshape(half, shape1), index, axis=0), shape2)
 
 
 class RotaryEmbedding2D(RewriteRuleClassBase):
@@ -69,7 +108,7 @@ class RotaryEmbedding2D(RewriteRuleClassBase):
         zero, one = (op.Constant(value=ir.tensor(np.array(v, dtype=np.int64))) for v in (0, 1))
         position_ids = op.Unsqueeze(op.Range(zero, num_patches, one),
                                     op.Constant(value=ir.tensor(np.array([0], dtype=np.int64))))
-        cos_cache, sin_cache = _half_table(cos), _half_table(sin)
+        cos_cache, sin_cache = _cache(op, cos), _cache(op, sin)
         return op.RotaryEmbedding(op.Reshape(x, shape), position_ids, cos_cache, sin_cache,
                                   num_heads=heads, interleaved=0, _domain="com.microsoft")
 
