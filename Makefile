@@ -1,5 +1,8 @@
 # One-command entry points. `make export` and `make test` install into .venv when needed.
 MODEL ?= qwen3-vl
+# With CHECKPOINT=DIR and no MODEL, the checkpoint's config.json names the family (builders.vision takes its
+# default config) and the stages go to build/<DIR's folder name>; a MODEL given as well must be of that family.
+MODEL_GIVEN := $(filter command line environment,$(origin MODEL))
 CHECKPOINT ?=
 DYNAMO ?=
 FP16 ?=
@@ -7,7 +10,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-BUILD := build/$(MODEL)
+BUILD := build/$(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,no-checkpoint)),$(MODEL),$(notdir $(patsubst %/,%,$(CHECKPOINT))))
 # The INT8 and INT4 points of `make export`, chosen by `make bench`'s sweep at 2B dims (bench/results/sweep.md,
 # docs/quantization.md "How sweep points are chosen"; rule: of the shippable points, the fastest meeting every
 # floor of bench.sweep.FLOORS, else of those meeting the most; ties within 5% to the more accurate for INT8 and to
@@ -48,7 +51,7 @@ $(STAMP): pyproject.toml
 # (the family's passes) -> int8, int4 (FP16=1: and fp16, docs/fp16.md), each stage into build/MODEL/<stage>/
 # (model + self-contained report.json).
 export: $(STAMP)
-	$(PY) -m builders.vision --model $(MODEL) \
+	$(PY) -m builders.vision $(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,x)),--model $(MODEL)) \
 		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo) \
 		--out $(BUILD)/export
 	$(PY) -m surgery stage $(BUILD)/export $(BUILD)/surgery

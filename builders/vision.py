@@ -21,7 +21,8 @@ import transformers
 
 from builders import family as family_builder
 from builders import onnx_export, validate
-from builders.config import load_config
+from builders.checkpoint import family_of as checkpoint_family
+from builders.config import ModelConfig, load_config
 from core import onnx_io, session
 from core import report as reports
 from core.errors import CheckFailed, Parser, UsageError, main_wrapper
@@ -30,15 +31,18 @@ from core.staging import check_folder_output, keep_rejected, staged_folder
 from families import family as declared_family
 
 STAGE = "export"
+DEFAULT_MODEL = "qwen3-vl"
 EXPORTERS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
 OPSETS = {"torchscript": (17, 20), "dynamo": (18, 23)}  # inclusive ranges each exporter handles
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = Parser(prog="python -m builders.vision", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen3-vl", help="a config name in configs/ (default: qwen3-vl = qwen3-vl-2b)")
+    parser.add_argument("--model", help="a config name in configs/ (default: the family the checkpoint's config.json "
+                                         f"names, else {DEFAULT_MODEL} = qwen3-vl-2b)")
     parser.add_argument("--config", help="a config YAML file instead of --model")
-    parser.add_argument("--checkpoint", help="save_pretrained folder (or hub id) of a Qwen3VLForConditionalGeneration")
+    parser.add_argument("--checkpoint", help="save_pretrained folder (or hub id) of a whole VLM (Qwen2-VL, Qwen2.5-VL, "
+                                             "Qwen3-VL, Qwen3.5, Phi-4-multimodal); its config.json names the family")
     parser.add_argument("--dynamo", action="store_true", help="export through torch.export (default: TorchScript)")
     parser.add_argument("--dynamic-shapes", choices=onnx_export.DYNAMIC_SHAPES,
                         help="with --dynamo: named = one named Dim per dynamic axis of the I/O contract, auto = "
@@ -77,12 +81,29 @@ def check_memory(needed: int, what: str) -> None:
                          "--no-memory-check to try anyway")
 
 
+def model_config(args: argparse.Namespace) -> ModelConfig:
+    """The config the export runs with. With a checkpoint, its config.json's `model_type` names the family:
+    without --model / --config the family's default config (its export settings; the dimensions are the
+    checkpoint's), and a --model / --config of another family is refused naming both."""
+    if not args.checkpoint:
+        return load_config(None if args.config else (args.model or DEFAULT_MODEL), args.config)
+    family, folder = checkpoint_family(args.checkpoint)
+    if not (args.model or args.config):
+        return load_config(family)
+    config = load_config(None if args.config else args.model, args.config)
+    if config.family != family:
+        given = f"--config {args.config}" if args.config else f"--model {args.model}"
+        raise UsageError(f"{given} is a {config.family} config but checkpoint {folder} is {family}: drop {given} "
+                         f"(the checkpoint names its family) or give a {family} config")
+    return config
+
+
 def export(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
     if not 0 <= args.seed < 2**32:
         raise UsageError(f"--seed must be in 0..{2**32 - 1}, got {args.seed}")
     check_folder_output(args.out, STAGE, force=args.force)  # before any work
-    config = load_config(None if args.config else args.model, args.config)
+    config = model_config(args)
     # The registry is families.FAMILIES; each entry names its torch side (builders/<family>/family.py).
     fam = family_builder.load(declared_family(config.family, f"config {config.path}").builder)
     exporter = "dynamo" if args.dynamo else "torchscript"

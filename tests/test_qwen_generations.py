@@ -1,0 +1,224 @@
+"""Qwen2-VL, Qwen2.5-VL (window attention) and Qwen3.5 beside Qwen3-VL: each tiny config through both exporters
+against transformers' eager model (mixed sizes, video, same-patch-count layouts, a large image, and for
+Qwen2.5-VL partial edge windows and packs whose windows would touch), then every stage of `make export`, and
+the family read from a checkpoint."""
+
+import json
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+import safetensors.torch
+
+from bench import shipped
+from builders import onnx_export, validate, vision
+from builders.config import load_config
+from builders.qwen_vl import layouts
+from builders.qwen_vl.family import BUILDERS
+from builders.qwen_vl.model import VisionEncoder, build_random
+from builders.qwen_vl.patcher import WINDOW_ATTR
+from core import onnx_io, session
+from families.qwen_vl.generations import GENERATIONS
+from quantize import __main__ as quantize_cli
+from surgery import cli as surgery_cli
+from tests.conftest import single_error
+from tests.test_export_parity import RANDOM_PACKS
+from tests.test_segment_attention import quadratic_tensors, runtime_shapes
+
+TINY = {"qwen2-vl": "qwen2-vl-tiny", "qwen2.5-vl": "qwen2.5-vl-tiny", "qwen3.5": "qwen3.5-tiny"}
+PATHS = ["torchscript", "dynamo"]
+PATCH_DIM = {"qwen2-vl": 1176, "qwen2.5-vl": 1176, "qwen3.5": 1536}
+WINDOW_CASES = ("windows: partial edges 10x14", "windows: partial windows of touching images")
+#: Packs whose windows (8 x 8 patches) are cut at the frame edges, of frames of every size class.
+WINDOW_PACKS = [[[1, 2, 2]], [[1, 8, 8], [1, 10, 2]], [[3, 6, 18]], [[1, 30, 14], [2, 4, 4], [1, 16, 10]]]
+SHIPPED = shipped.makefile_flags(shipped.ROOT / "Makefile")
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory) -> dict:
+    """{(family, exporter): folder} of the tiny exports, built once."""
+    root = tmp_path_factory.mktemp("generations")
+    folders = {}
+    for family, name in TINY.items():
+        for path in PATHS:
+            out = root / f"{family}-{path}"
+            assert vision.main(["--model", name, "--out", str(out)] + (["--dynamo"] if path == "dynamo" else [])) == 0
+            folders[family, path] = out
+    return folders
+
+
+@pytest.fixture(scope="module")
+def models() -> dict:
+    return {family: build_random(load_config(name), seed=0) for family, name in TINY.items()}
+
+
+def _report(folder) -> dict:
+    return json.loads((folder / "report.json").read_text())
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("family", TINY)
+def test_export_report_passes_every_case(exports, family, path):
+    report = _report(exports[family, path])
+    cases = report["validation"]["cases"]
+    assert report["family"] == family and report["validation"]["passed"] and all(c["ok"] for c in cases)
+    names = [c["case"] for c in cases]
+    for required in ("image 448x448", "image 1024x1024", "pack 448x448 + 336x336", "video t=2 256x256",
+                     "pack image + video t=2 + image"):
+        assert required in names
+    assert all(name in names for name in WINDOW_CASES) == (family == "qwen2.5-vl")
+    same_n = [c for c in cases if c["case"].startswith("same patch count")]
+    assert len(same_n) >= 3 and {c["num_patches"] for c in same_n} == {496}
+    for case in cases:
+        for metrics in case["outputs"].values():
+            assert metrics["max_abs"] <= 1e-4 * max(1.0, metrics["scale"]) and metrics["cosine"] > 0.9999
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("family", TINY)
+def test_io_contract(exports, family, path):
+    model = onnx.load(str(exports[family, path] / "model.onnx"))
+
+    def dims(values):
+        return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
+
+    assert dims(model.graph.input) == {"pixel_values": ["num_patches", PATCH_DIM[family]], "grid_thw": ["num_images", 3]}
+    assert dims(model.graph.output) == {"image_features": ["num_tokens", 96]}  # no DeepStack
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert meta["family"] == family and meta["exporter"] == path and meta["deepstack_visual_indexes"] == "[]"
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("family", TINY)
+def test_random_layouts_match_eager(exports, models, family, path):
+    sess = session.open_session(exports[family, path] / "model.onnx")
+    rng = np.random.default_rng(7)
+    cases = [(str(p), dict(zip(("pixel_values", "grid_thw"), layouts.random_pixels(p, PATCH_DIM[family], rng))))
+             for p in RANDOM_PACKS + WINDOW_PACKS]
+    records = validate.validate(lambda feed: sess.run(None, feed), BUILDERS[family].reference(models[family]),
+                                cases, ["image_features"], 1e-4)
+    assert not [(r["case"], r.get("error") or r["outputs"]) for r in records if not r["ok"]]
+
+
+def test_attention_without_windows_is_caught(models, tmp_path):
+    """Control: Qwen2.5-VL exported with every block attending per frame (windows ignored) fails the window
+    cases: the suite sees the windows."""
+    visual, builder = models["qwen2.5-vl"], BUILDERS["qwen2.5-vl"]
+    module = VisionEncoder(visual).eval()
+    for block in visual.blocks:
+        setattr(block.attn, WINDOW_ATTR, 0)
+    try:
+        grid = np.array([[1, 16, 16], [1, 12, 20]])
+        spec = builder.io_spec(visual)
+        example = builder.example_inputs(visual, grid, 0)
+        onnx_io.save_proto(onnx_export.export_torchscript(module, tuple(example.values()), spec, 18),
+                           tmp_path / "model.onnx")
+    finally:
+        for block in visual.blocks:
+            delattr(block.attn, WINDOW_ATTR)
+    sess = session.open_session(tmp_path / "model.onnx")
+    cases = [c for c in builder.validation_cases(visual, grid, 0) if c[0] in WINDOW_CASES]
+    records = validate.validate(lambda feed: sess.run(None, feed), builder.reference(visual), cases,
+                                spec.output_names, 1e-4)
+    assert len(records) == 2 and not any(r["ok"] for r in records)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_windows_run_one_attention_per_window_and_no_n_by_n_tensor(exports, path, tmp_path):
+    """Qwen2.5-VL at a large frame: each window block runs one MultiHeadAttention per window (64 patches inside,
+    cut back at the edges), each full block one per frame; no tensor of N x N size."""
+    config = load_config("qwen2.5-vl-tiny").vision  # blocks 0 and 2 attend in windows, 1 and 3 per frame
+    pack = [[1, 60, 36]]  # 8 x 5 windows: the last row 4 patches high, the last column 4 wide
+    pixels, grid = layouts.random_pixels(pack, PATCH_DIM["qwen2.5-vl"], np.random.default_rng(0))
+    shapes = runtime_shapes(str(exports["qwen2.5-vl", path] / "model.onnx"),
+                            {"pixel_values": pixels, "grid_thw": grid}, tmp_path)
+    attention = [shape[1] for op, shape in shapes if op == "MultiHeadAttention"]
+    full = len(config["fullatt_block_indexes"])
+    window_rows = [8 * 8] * (7 * 4) + [8 * 4] * 7 + [4 * 8] * 4 + [4 * 4]
+    assert sorted(attention) == sorted(window_rows * (config["depth"] - full) + [60 * 36] * full)
+    assert not quadratic_tensors(shapes, pixels.shape[0], PATCH_DIM["qwen2.5-vl"])
+
+
+# ---------------------------------------------------------------- every stage of `make export`
+@pytest.fixture(scope="module")
+def stages(exports, tmp_path_factory) -> dict:
+    """{family: {stage: folder}}: surgery, optimize, int8, int4 (the Makefile's shipped flags) of the
+    TorchScript exports."""
+    root = tmp_path_factory.mktemp("generation-stages")
+    out = {}
+    for family in TINY:
+        folders = {"export": exports[family, "torchscript"]}
+        folders.update({name: root / family / name for name in ("surgery", "optimized", "int8", "int4")})
+        assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
+        assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
+        for stage in ("int8", "int4"):
+            assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), *SHIPPED[stage]]) == 0
+        out[family] = folders
+    return out
+
+
+@pytest.mark.parametrize("family", TINY)
+def test_every_stage_passes_at_every_export_layout(stages, family):
+    export_cases = [c["case"] for c in _report(stages[family]["export"])["validation"]["cases"]]
+    for name in ("surgery", "optimized", "int8", "int4"):
+        report = _report(stages[family][name])
+        assert report["family"] == family, name
+        cases = report["validation"]["cases"]
+        assert [c["case"] for c in cases] == export_cases and all(c["ok"] for c in cases), name
+
+
+@pytest.mark.parametrize("family", TINY)
+def test_optimized_graph_is_fused(stages, family):
+    """One unmasked MultiHeadAttention per block, q and k rotated by RotaryEmbedding, no Gemm, and Qwen2.5-VL's
+    RMSNorm as SimplifiedLayerNormalization (every norm: two per block and the merger's)."""
+    depth = load_config(TINY[family]).vision["depth"]
+    model = ir.load(str(stages[family]["optimized"] / "model.onnx"))
+    nodes = [n for n in model.graph] + [n for node in model.graph for a in node.attributes.values()
+                                        if a.type == ir.AttributeType.GRAPH for n in a.value]
+    ops = [n.op_type for n in nodes]
+    assert ops.count("MultiHeadAttention") == depth and ops.count("RotaryEmbedding") == 2 * depth
+    assert "Gemm" not in ops and "Softmax" not in ops
+    norm = "SimplifiedLayerNormalization" if family == "qwen2.5-vl" else "LayerNormalization"
+    assert ops.count(norm) == 2 * depth + 1
+
+
+# ---------------------------------------------------------------- the checkpoint names its family
+def _save_checkpoint(folder, family: str, visual) -> None:
+    """A checkpoint folder as save_pretrained lays it out for the vision tower: config.json (model_type,
+    vision_config) and the tower's weights under `model.visual.`."""
+    folder.mkdir(parents=True)
+    config = {"model_type": GENERATIONS[family].model_type, "vision_config": visual.config.to_dict()}
+    (folder / "config.json").write_text(json.dumps(config))
+    state = {f"model.visual.{k}": v.contiguous() for k, v in visual.state_dict().items()}
+    safetensors.torch.save_file(state, str(folder / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(models, tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("generation-checkpoints")
+    folders = {}
+    for family in models:
+        # other weights than the config's seed: the export must read them from the checkpoint
+        trained = build_random(load_config(TINY[family]), seed=1)
+        _save_checkpoint(root / family, family, trained)
+        folders[family] = root / family
+    return folders
+
+
+@pytest.mark.parametrize("family", TINY)
+def test_checkpoint_names_its_family(checkpoints, family, tmp_path):
+    out = tmp_path / "export"
+    assert vision.main(["--checkpoint", str(checkpoints[family]), "--example-grid", "1,8,8",
+                        "--example-grid", "1,6,10", "--out", str(out)]) == 0
+    report = _report(out)
+    assert report["family"] == family and report["weights"] == "checkpoint" and report["validation"]["passed"]
+
+
+def test_a_model_of_another_family_is_refused(checkpoints, tmp_path, capsys):
+    out = tmp_path / "export"
+    assert vision.main(["--model", "qwen3-vl-tiny", "--checkpoint", str(checkpoints["qwen2.5-vl"]),
+                        "--out", str(out)]) == 2
+    line = single_error(capsys.readouterr().err)
+    assert "--model qwen3-vl-tiny is a qwen3-vl config" in line and "is qwen2.5-vl" in line
+    assert not out.exists()
