@@ -37,7 +37,7 @@ _msft = Opset("com.microsoft", 1)
 
 @onnxscript.script(Opset(DOMAIN, 1), default_opset=op)
 def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, num_heads: int, scale: float,
-                     window: int) -> FLOAT:
+                     window: int = 0) -> FLOAT:
     """[1, N, C] x 3, grid_thw [I, 3] -> [1, N, C]: MultiHeadAttention on each segment's rows.
 
     A segment is a frame (window == 0) or a window of window x window patches of a frame, cut back at the
