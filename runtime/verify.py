@@ -172,10 +172,13 @@ def check_configs(manifest: dict, meta: dict[str, str], folder: Path) -> None:
         config = json.loads((folder / "config.json").read_text())
     except ValueError as err:
         fail("config.json", f"is not valid JSON ({err})")
-    for key, value in meta.items():
-        if key in config and str(config[key] if not isinstance(config[key], list) else json.dumps(config[key])) \
-                != str(value):
-            fail("config.json", f"{key} = {config[key]} but the model records {value}")
+    # a whole model's config (the Qwen generations) holds the tower's facts in vision_config
+    nested = config.get("vision_config") if isinstance(config.get("vision_config"), dict) else {}
+    for where, values in (("", config), ("vision_config.", nested)):
+        for key, value in meta.items():
+            if key in values and str(values[key] if not isinstance(values[key], list) else json.dumps(values[key])) \
+                    != str(value):
+                fail("config.json", f"{where}{key} = {values[key]} but the model records {value}")
     try:
         family(manifest["family"]).processing.load_processor(folder)
     except ImportError as err:

@@ -88,3 +88,37 @@ def test_bad_videos(tmp_path):
     mixed = write_frames(tmp_path / "a", 1, 64, 64) + write_frames(tmp_path / "b", 1, 64, 80)
     with pytest.raises(UsageError, match="one size"):
         qwen3_vl_video.preprocess([images.load_rgb(p) for p in mixed], qwen3_vl_video.settings())
+
+
+# ---------------------------------------------------------------- Qwen2-VL / Qwen2.5-VL: Qwen2VLVideoProcessor
+@pytest.fixture
+def transformers_qwen2_video_processor(monkeypatch):
+    """transformers' Qwen2VLVideoProcessor (class defaults: Qwen2-VL's and Qwen2.5-VL's) on the stand-in."""
+    functional = install_torchvision_stub(monkeypatch)
+    import transformers.video_processing_utils as video_utils
+
+    module = importlib.import_module("transformers.models.qwen2_vl.video_processing_qwen2_vl")
+    monkeypatch.setattr(video_utils, "tvF", functional, raising=False)
+    monkeypatch.setattr(module, "tvF", functional, raising=False)
+    return module.Qwen2VLVideoProcessor()
+
+
+def test_qwen2_defaults_are_the_processors(transformers_qwen2_video_processor):
+    proc, defaults = transformers_qwen2_video_processor, qwen3_vl_video.QWEN2_DEFAULTS
+    assert defaults["size"] == {"shortest_edge": proc.size["shortest_edge"], "longest_edge": proc.size["longest_edge"]}
+    for key in ("patch_size", "temporal_patch_size", "merge_size", "rescale_factor"):
+        assert defaults[key] == getattr(proc, key)
+    assert list(defaults["image_mean"]) == list(proc.image_mean)
+    assert list(defaults["image_std"]) == list(proc.image_std)
+
+
+@pytest.mark.parametrize("video", VIDEOS + [(1, 224, 224)], ids=lambda v: "{}x{}x{}".format(*v))
+def test_qwen2_preprocess_equals_processor(video, transformers_qwen2_video_processor, tmp_path):
+    """Each frame's own pixel budget (no clip budget); one frame repeated to the temporal patch."""
+    paths = write_frames(tmp_path, *video)
+    expected = reference(transformers_qwen2_video_processor, paths)
+    config = qwen3_vl_video.settings(None, None, qwen3_vl_video.QWEN2_DEFAULTS, "frame")
+    pixel_values, grid = qwen3_vl_video.preprocess([images.load_rgb(p) for p in paths], config)
+    np.testing.assert_array_equal(grid, expected["video_grid_thw"])
+    assert pixel_values.shape == expected["pixel_values_videos"].shape
+    assert np.abs(pixel_values - expected["pixel_values_videos"]).max() <= 1e-5

@@ -30,7 +30,8 @@ class Generation:
     `processor`: the published preprocessor_config.json settings (Qwen2VLImageProcessor keys);
     `deepstack`: DeepStack outputs after image_features; `windows`: window attention (Qwen2.5-VL);
     `out_hidden_key` / `width_key`: the vision config keys of the features' width and the tower's (Qwen2-VL
-    calls them `hidden_size` and `embed_dim`).
+    calls them `hidden_size` and `embed_dim`); `video_budget`: the video processor's pixel budget, the whole
+    clip's (Qwen3VLVideoProcessor) or each frame's (Qwen2VLVideoProcessor, `preprocess_video`).
     """
 
     family: str
@@ -41,6 +42,7 @@ class Generation:
     windows: bool = False
     out_hidden_key: str = "out_hidden_size"
     width_key: str = "hidden_size"
+    video_budget: str = "clip"
 
     def vision_config_class(self):
         """transformers' vision config class of the generation (torch-free)."""
@@ -76,8 +78,9 @@ _QWEN2 = _settings(14, 3136, 12845056, CLIP_MEAN, CLIP_STD)
 _QWEN3 = _settings(16, 65536, 16777216, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5])
 
 QWEN2_VL = Generation("qwen2-vl", "Qwen2-VL vision encoder", "qwen2_vl", _QWEN2, out_hidden_key="hidden_size",
-                      width_key="embed_dim")
-QWEN2_5_VL = Generation("qwen2.5-vl", "Qwen2.5-VL vision encoder", "qwen2_5_vl", _QWEN2, windows=True)
+                      width_key="embed_dim", video_budget="frame")
+QWEN2_5_VL = Generation("qwen2.5-vl", "Qwen2.5-VL vision encoder", "qwen2_5_vl", _QWEN2, windows=True,
+                        video_budget="frame")
 QWEN3_VL = Generation("qwen3-vl", "Qwen3-VL vision encoder", "qwen3_vl", _QWEN3, deepstack=True)
 QWEN3_5 = Generation("qwen3.5", "Qwen3.5 vision encoder", "qwen3_5", _QWEN3)
 

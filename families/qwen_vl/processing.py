@@ -1,14 +1,15 @@
-"""Qwen3-VL preprocessing in the product runtime (no torch), from a package folder.
+"""Qwen preprocessing in the product runtime (no torch), from a package folder, for every generation.
 
 Images: transformers' `Qwen2VLImageProcessorPil` configured from the package's preprocessor_config.json
 (families/qwen_vl/preprocess.py): pixel_values float32 [h*w, 3*Tp*P*P], grid_thw int64 [[1, h, w]]
 (h, w in patches); the package must load with transformers' AutoImageProcessor (its PIL backend).
-A video: the numpy port of Qwen3VLVideoProcessor (families/qwen_vl/preprocess_video.py), one entry
-with t > 1.
+A video: the numpy port of Qwen3VLVideoProcessor / Qwen2VLVideoProcessor (families/qwen_vl/preprocess_video.py,
+the generation's), one entry with t > 1.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 from core.errors import UsageError
 from families.base import Pack
 from families.qwen_vl import contract
+from families.qwen_vl.generations import Generation
 
 
 def processor(folder: Path):
@@ -37,7 +39,16 @@ def load_processor(folder: Path):
     return AutoImageProcessor.from_pretrained(str(folder))
 
 
-def embed_pack(folder: Path, images: list[tuple[Path, np.ndarray]], frames: list[tuple[Path, np.ndarray]]) -> Pack:
+def embed_packer(generation: Generation):
+    """`embed_pack` of a generation: its video through the port with the generation's video processor defaults."""
+    from families.qwen_vl import preprocess_video
+
+    defaults = preprocess_video.DEFAULTS if generation.video_budget == "clip" else preprocess_video.QWEN2_DEFAULTS
+    return partial(embed_pack, video_defaults=defaults, video_budget=generation.video_budget)
+
+
+def embed_pack(folder: Path, images: list[tuple[Path, np.ndarray]], frames: list[tuple[Path, np.ndarray]],
+               video_defaults: dict | None = None, video_budget: str = "clip") -> Pack:
     """Images through the transformers processor, the video through the port; one packed grid."""
     from families.qwen_vl import preprocess as qwen3_vl
     from families.qwen_vl import preprocess_video as qwen3_vl_video
@@ -55,7 +66,8 @@ def embed_pack(folder: Path, images: list[tuple[Path, np.ndarray]], frames: list
         pack.names.append(f"image_{i}")
         pack.sources.append([str(path)])
     if frames:
-        config = qwen3_vl_video.settings(folder, loaded.to_dict())
+        config = qwen3_vl_video.settings(folder, loaded.to_dict(), video_defaults or qwen3_vl_video.DEFAULTS,
+                                         video_budget)
         try:
             values, grid = qwen3_vl_video.preprocess([rgb for _, rgb in frames], config)
         except UsageError as err:

@@ -1,10 +1,12 @@
 """Release facts of the Qwen vision generations (torch-free): the vision `config.json`, the
 `preprocessor_config.json`, usage.
 
-- `config.json` is the generation's vision config class's `save_pretrained` (`Qwen2VLVisionConfig`,
-  `Qwen2_5_VLVisionConfig`, `Qwen3VLVisionConfig`, `Qwen3_5VisionConfig`): from the checkpoint's `config.json`
-  (`vision_config`) when the export used a checkpoint, else from the `vision` section of the config
-  file the export recorded (configs/NAME.yaml). Its facts are checked against the ONNX metadata.
+- `config.json` is the whole model's config class's `save_pretrained` (`Qwen2VLConfig`, `Qwen2_5_VLConfig`,
+  `Qwen3VLConfig`, `Qwen3_5Config`), so that its `model_type` (`qwen2_vl`, `qwen2_5_vl`, `qwen3_vl`, `qwen3_5`)
+  and `architectures` name the generation as a checkpoint's do (transformers' and transformers.js's AutoConfig
+  pick the model's own classes from them): the checkpoint's `config.json` when the export used a checkpoint,
+  else the class's defaults with `vision_config` from the `vision` section of the config file the export
+  recorded (configs/NAME.yaml). Its vision facts are checked against the ONNX metadata.
 - `preprocessor_config.json` is what the model's own processor writes with `save_pretrained`: the
   checkpoint's processor when the checkpoint ships one, else transformers' `Qwen2VLImageProcessorPil`
   (torch-free) with the generation's published settings (`Generation.processor`: Qwen2-VL and Qwen2.5-VL
@@ -24,24 +26,28 @@ from families.qwen_vl.generations import Generation
 ACCEPTS = "every image size, image count and video length the model accepts, mixed in one pack"
 
 def config_writer(generation: Generation):
-    """`write_config(report, metadata, dest)` of a generation: writes `dest/config.json` (its vision config)."""
+    """`write_config(report, metadata, dest)` of a generation: writes `dest/config.json`, the whole model's config
+    (`model_type` the generation's, e.g. `qwen2_5_vl`, its `vision_config` the exported tower's) and returns it."""
 
     def write_config(report: dict, metadata: dict, dest: Path) -> dict:
+        model_class = generation.model_config_class()
         checkpoint = export_facts.checkpoint(report)
         if checkpoint is not None:
-            raw = export_facts.read_json(checkpoint / "config.json")
-            config = generation.model_config_class()(**raw).vision_config
+            config = model_class(**export_facts.read_json(checkpoint / "config.json"))
             source = f"{checkpoint}/config.json"
         else:
-            config = generation.vision_config_class()(**export_facts.config_vision(report))
+            vision = generation.vision_config_class()(**export_facts.config_vision(report))
+            config = model_class(vision_config=vision.to_dict())
             source = report["config"]
-        patch_dim = config.in_channels * config.temporal_patch_size * config.patch_size**2
+        vision = config.vision_config
+        patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
         export_facts.check_against_metadata({
-            "spatial_merge_size": config.spatial_merge_size,
-            "out_hidden_size": getattr(config, generation.out_hidden_key),
+            "spatial_merge_size": vision.spatial_merge_size,
+            "out_hidden_size": getattr(vision, generation.out_hidden_key),
             "patch_dim": patch_dim,
-            "deepstack_visual_indexes": json.dumps(list(getattr(config, "deepstack_visual_indexes", []))),
+            "deepstack_visual_indexes": json.dumps(list(getattr(vision, "deepstack_visual_indexes", []))),
         }, metadata, source)
+        config.architectures = [model_class.__name__.removesuffix("Config") + "ForConditionalGeneration"]
         config.save_pretrained(dest)
         return export_facts.read_json(dest / "config.json")
 
@@ -61,7 +67,7 @@ def processor_writer(generation: Generation):
         if checkpoint is not None and (checkpoint / "preprocessor_config.json").is_file():
             AutoImageProcessor.from_pretrained(checkpoint, backend="pil").save_pretrained(dest)
         else:
-            config = export_facts.read_json(dest / "config.json")
+            config = export_facts.read_json(dest / "config.json")["vision_config"]
             preprocess.save_config(dest, generation.processor, patch_size=config["patch_size"],
                                    temporal_patch_size=config["temporal_patch_size"],
                                    merge_size=config["spatial_merge_size"])
