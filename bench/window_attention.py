@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import onnxscript
 from onnx import TensorProto, helper
-from onnxscript import BOOL, FLOAT, INT64
+from onnxscript import FLOAT, INT64
 from onnxscript import opset18 as op
 from onnxscript.values import Opset
 
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
         feed["grid_thw"] = np.array([[1, h, w]], np.int64)
         outs = {form: s.run(None, feed)[0] for form, s in sessions.items()}
         diff = float(np.abs(outs[FORMS[0]] - outs[FORMS[1]]).max())
-        timed = interleaved({form: (lambda s=s: s.run(None, feed)) for form, s in sessions.items()}, args.reps)
+        timed = interleaved({form: (lambda s=s, feed=feed: s.run(None, feed)) for form, s in sessions.items()}, args.reps)
         medians = {form: t["median_s"] for form, t in timed.items()}
         windows = -(-h // WINDOW) * -(-w // WINDOW)
         result["points"].append({"frame": frame, "num_patches": n, "windows": windows, "max_abs_diff": diff,

@@ -63,10 +63,10 @@ def qwen_dist(tiny_exports, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def qwen_eager(tiny_exports):
     """(eager tower with the export's weights, tolerance, output names)."""
-    from builders.qwen_vl.family import build
+    from builders.qwen_vl.family import BUILDERS
 
     report = json.loads((tiny_exports["torchscript"] / "report.json").read_text())
-    visual, _ = build(load_config(QWEN), None, report["seed"])
+    visual, _ = BUILDERS["qwen3-vl"].build(load_config(QWEN), None, report["seed"])
     return visual, report["tolerance"], contract.output_names(len(visual.config.deepstack_visual_indexes))
 
 

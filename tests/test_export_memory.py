@@ -15,9 +15,10 @@ import torch
 
 from builders import onnx_export
 from builders.config import load_config
-from builders.qwen_vl import family
+from builders.qwen_vl.family import BUILDERS
 from builders.qwen_vl.model import build_random
 
+family = BUILDERS["qwen3-vl"]
 GRID = np.array([[1, 16, 16], [1, 12, 20]])
 
 

@@ -9,11 +9,13 @@ import torch
 
 from builders import onnx_export, validate
 from builders.config import load_config
-from builders.qwen_vl import family, layouts
+from builders.qwen_vl import layouts
+from builders.qwen_vl.family import BUILDERS
 from builders.qwen_vl.model import build_random
 from core import onnx_io, session
 
 PATHS = ["torchscript", "dynamo"]
+family = BUILDERS["qwen3-vl"]
 # Seeded random packs plus the awkward ones: odd multiples, a single-row strip, mixed packs with video.
 RANDOM_PACKS = layouts.random_grids(np.random.default_rng(2026), 2, count=8) + [
     [[1, 18, 46]],
