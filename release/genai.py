@@ -40,6 +40,15 @@ from release import genai_checkpoint, genai_config, genai_decoder, genai_embeddi
 
 STAGE = "genai"
 FAMILY = "qwen3-vl"
+#: Why each other family gets no genai package from this command (one line, exit 2).
+NOT_MADE = {
+    "qwen2-vl": "onnxruntime-genai 0.18 has no qwen2_vl model type (its Qwen pipelines: qwen2_5_vl, qwen3_vl, "
+                "qwen3_5): it cannot run a Qwen2-VL package",
+    "qwen2.5-vl": "onnxruntime-genai 0.18's qwen2_5_vl pipeline is not packaged by this command yet (Qwen3-VL only)",
+    "qwen3.5": "onnxruntime-genai 0.18's qwen3_5 pipeline is not packaged by this command yet (Qwen3-VL only)",
+    "phi-4-mm": "the genai package is made for qwen3-vl only (onnxruntime-genai's phi4mm pipeline: see "
+                "docs/genai.md)",
+}
 #: Files of ours in a package folder: never taken from a --decoder folder.
 OWN = (genai_vision.FILE, genai_embedding.FILE, genai_config.PROCESSOR, report_mod.REPORT)
 
@@ -129,8 +138,8 @@ def genai(build: str | Path, checkpoint: str | Path, out: str | Path, decoder: s
     found = stages.read_build(build)
     export = found["export"].report
     if export.get("family") != FAMILY:
-        raise UsageError(f"BUILD {build} holds a {export.get('family')} encoder; the genai package is made for "
-                         f"{FAMILY} only (onnxruntime-genai's phi4mm pipeline: see docs/genai.md)")
+        reason = NOT_MADE.get(export.get("family"), f"the genai package is made for {FAMILY} only")
+        raise UsageError(f"BUILD {build} holds a {export.get('family')} encoder: {reason}")
     chosen = _variant(found, variant)
     metadata = onnx_io.metadata(chosen.stage.model)
     ckpt = genai_checkpoint.read(checkpoint, export, metadata)

@@ -4,6 +4,7 @@ Qwen2.5-VL partial edge windows and packs whose windows would touch), then every
 the family read from a checkpoint."""
 
 import json
+import shutil
 
 import numpy as np
 import onnx
@@ -16,14 +17,20 @@ from builders import onnx_export, validate, vision
 from builders.config import load_config
 from builders.qwen_vl import layouts
 from builders.qwen_vl.family import BUILDERS
-from builders.qwen_vl.model import VisionEncoder, build_random
+from builders.qwen_vl.model import VisionEncoder, build_random, reference_outputs
 from builders.qwen_vl.patcher import WINDOW_ATTR
 from core import onnx_io, session
 from families.qwen_vl.generations import GENERATIONS
 from quantize import __main__ as quantize_cli
+from release import __main__ as release_cli
+from runtime import __main__ as runtime_cli
 from surgery import cli as surgery_cli
 from tests.conftest import single_error
 from tests.test_export_parity import RANDOM_PACKS
+from tests.test_preprocess_qwen3_vl_video import (  # noqa: F401 -- fixtures
+    transformers_qwen2_video_processor,
+    transformers_video_processor,
+)
 from tests.test_segment_attention import quadratic_tensors, runtime_shapes
 
 TINY = {"qwen2-vl": "qwen2-vl-tiny", "qwen2.5-vl": "qwen2.5-vl-tiny", "qwen3.5": "qwen3.5-tiny"}
@@ -144,12 +151,12 @@ def test_windows_run_one_attention_per_window_and_no_n_by_n_tensor(exports, path
 @pytest.fixture(scope="module")
 def stages(exports, tmp_path_factory) -> dict:
     """{family: {stage: folder}}: surgery, optimize, int8, int4 (the Makefile's shipped flags) of the
-    TorchScript exports."""
+    TorchScript exports, laid out as `make export` lays out build/MODEL/."""
     root = tmp_path_factory.mktemp("generation-stages")
     out = {}
-    for family in TINY:
-        folders = {"export": exports[family, "torchscript"]}
-        folders.update({name: root / family / name for name in ("surgery", "optimized", "int8", "int4")})
+    for family, config in TINY.items():
+        folders = {name: root / config / name for name in ("export", "surgery", "optimized", "int8", "int4")}
+        shutil.copytree(exports[family, "torchscript"], folders["export"])
         assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
         assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
         for stage in ("int8", "int4"):
@@ -221,4 +228,69 @@ def test_a_model_of_another_family_is_refused(checkpoints, tmp_path, capsys):
                         "--out", str(out)]) == 2
     line = single_error(capsys.readouterr().err)
     assert "--model qwen3-vl-tiny is a qwen3-vl config" in line and "is qwen2.5-vl" in line
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- package, verify, embed, genai
+@pytest.fixture(scope="module")
+def packages(stages, tmp_path_factory) -> dict:
+    """{family: dist/MODEL} made by `python -m release package` from the stages."""
+    dist = tmp_path_factory.mktemp("generation-dist")
+    for family in TINY:
+        assert release_cli.main(["package", str(stages[family]["export"].parent), "--dist", str(dist),
+                                 "--threads", "1"]) == 0
+    return {family: dist / TINY[family] for family in TINY}
+
+
+@pytest.mark.parametrize("family", TINY)
+def test_package_names_its_generation_and_verifies(packages, family, capsys):
+    config = json.loads((packages[family] / "config.json").read_text())
+    generation = GENERATIONS[family]
+    assert config["model_type"] == generation.model_type  # what transformers' and transformers.js's AutoConfig read
+    assert config["vision_config"]["patch_size"] == {1176: 14, 1536: 16}[PATCH_DIM[family]]
+    assert config["architectures"][0].endswith("ForConditionalGeneration")
+    processor = json.loads((packages[family] / "preprocessor_config.json").read_text())
+    assert processor["image_mean"] == generation.processor["image_mean"]
+    assert (processor["size"]["shortest_edge"], processor["size"]["longest_edge"]) == generation.pixel_bounds
+    assert runtime_cli.main(["verify", str(packages[family]), "--threads", "1"]) == 0
+
+
+@pytest.mark.parametrize("family", TINY)
+def test_embed_equals_the_processor_and_eager_model(packages, models, family, tmp_path, tmp_path_factory,
+                                                    transformers_video_processor,  # noqa: F811
+                                                    transformers_qwen2_video_processor):  # noqa: F811
+    """Real photos and a video through `runtime embed` (one pack) against transformers' image and video
+    processors of the generation and the eager tower, entry by entry."""
+    from tests.test_embed import PACK, assert_entry, qwen_image_reference
+    from tests.test_preprocess_qwen3_vl import shared_images
+    from tests.test_preprocess_qwen3_vl_video import reference as video_reference
+    from tests.test_preprocess_qwen3_vl_video import write_frames
+
+    photos = shared_images(tmp_path_factory)
+    names = PACK[:4]
+    frames = write_frames(tmp_path / "frames", 5, 240, 320)
+    out = tmp_path / "embeds.npz"
+    argv = ["embed", *(str(photos[n]) for n in names), "--video", str(tmp_path / "frames"), "--package",
+            str(packages[family]), "--out", str(out), "--threads", "1"]
+    assert runtime_cli.main(argv) == 0
+    visual = models[family]
+    video_processor = (transformers_qwen2_video_processor if GENERATIONS[family].video_budget == "frame"
+                       else transformers_video_processor)
+    video = video_reference(video_processor, frames)
+    with np.load(out) as result:
+        for i, name in enumerate(names):
+            expected, grid = qwen_image_reference(packages[family], visual, photos[name])
+            np.testing.assert_array_equal(result[f"image_{i}.grid_thw"], grid)
+            assert_entry(result, f"image_{i}", expected, ["image_features"], 1e-4)
+        np.testing.assert_array_equal(result["video.grid_thw"], video["video_grid_thw"][0])
+        expected = reference_outputs(visual, video["pixel_values_videos"], video["video_grid_thw"])
+        assert_entry(result, "video", expected, ["image_features"], 1e-4)
+
+
+def test_genai_says_why_it_cannot_take_qwen2_vl(stages, tmp_path, capsys):
+    pytest.importorskip("onnxruntime_genai")
+    out = tmp_path / "genai"
+    assert release_cli.main(["genai", str(stages["qwen2-vl"]["export"].parent), "--checkpoint", str(tmp_path),
+                             "--out", str(out)]) == 2
+    assert "onnxruntime-genai 0.18 has no qwen2_vl model type" in single_error(capsys.readouterr().err)
     assert not out.exists()
