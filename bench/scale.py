@@ -4,7 +4,7 @@ its own process, and the cost of a mixed pack against its single calls.
 Variants: `ort optimized` (build/NAME/optimized, or --optimized), the quantized stages build/NAME/int8 and
 build/NAME/int4 when they exist, and any `--compare LABEL=PATH` (e.g. the graph of an older attention).
 Curve: one square image per side in --sides (default 32, 64, 92, 128: 1,024 .. 16,384 patches, the
-last a 2048x2048 image); for every repetition, every side and every variant a fresh
+last a 2048x2048 image at patch 16; at patch 14, Qwen2-VL's and Qwen2.5-VL's, 2048x2048 is 146 x 146); for every repetition, every side and every variant a fresh
 `python -m bench.scale_point` process loads the model, runs once and reports its time and peak RSS
 (variants interleaved inside each side, so machine load hits all alike; medians reported). Memory
 above the weights = peak RSS - model file size. Every child runs under an address-space cap
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.timing import grid_for, load_average
+from bench.timing import PATCH_DIM, grid_for, load_average, patch_of
+from core import onnx_io
 from core.machine import describe, machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,8 @@ def summarize(records: list[dict], models: dict[str, Path]) -> list[dict]:
 
 
 def pack_costs(models: dict[str, Path], args) -> list[dict]:
-    singles = [grid_for(h, w) for h, w in PACK_SIZES]
+    patch = patch_of(int(onnx_io.metadata(next(iter(models.values()))).get("patch_dim", PATCH_DIM)))
+    singles = [grid_for(h, w, patch) for h, w in PACK_SIZES]
     pack = [g[0] for g in singles]
     rows = []
     for label, model in models.items():

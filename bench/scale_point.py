@@ -39,11 +39,12 @@ def timed(run) -> float:
 def measure(model: Path, grid: list, reps: int, threads: int, singles: list[list] | None) -> dict:
     session = open_session(model, threads)
     record = {"rss_loaded_mib": round(rss_mib(), 1)}
-    feed = pixels(grid)
+    patch_dim = session.get_inputs()[0].shape[1]  # pixel_values [num_patches, 3*2*P*P]
+    feed = pixels(grid, patch_dim=patch_dim)
     if singles is None:
         record["seconds"] = [round(timed(lambda: session.run(None, feed)), 4) for _ in range(reps)]
     else:
-        feeds = [pixels(g, seed=i + 1) for i, g in enumerate(singles)]
+        feeds = [pixels(g, seed=i + 1, patch_dim=patch_dim) for i, g in enumerate(singles)]
         session.run(None, feed)  # warm once: both sides then run on a grown arena
         record["pack_s"], record["singles_s"] = [], []
         for _ in range(reps):

@@ -35,6 +35,7 @@ from core import onnx_io, parity
 from core.machine import machine
 from core.session import open_session
 from families import of_model
+from families.qwen_vl import FAMILIES as QWEN_FAMILIES
 from runtime import smoke
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +43,10 @@ RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
 #: INT4 mixed-precision points per family: how many of the model's MatMuls (Qwen3-VL 2B: 104; Phi-4-multimodal:
-#: 158 after its fused attention is unfused) go to 8-bit MatMulNBits, the most sensitive first.
-INT4_MIXED = {"qwen3-vl": (24, 48, 72, 96), "phi-4-mm": (72, 120, 144)}
+#: 158 after its fused attention is unfused; Qwen2-VL-2B 130, Qwen2.5-VL-3B 162, Qwen3.5 110: the same shares
+#: of their MatMuls as Qwen3-VL's points) go to 8-bit MatMulNBits, the most sensitive first.
+INT4_MIXED = {"qwen3-vl": (24, 48, 72, 96), "qwen2-vl": (30, 60, 90, 120), "qwen2.5-vl": (37, 75, 112, 150),
+              "qwen3.5": (25, 51, 76, 101), "phi-4-mm": (72, 120, 144)}
 POINTS = [
     ("int8 dynamic 7-bit", "int8", ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]),
     ("int8 dynamic 7-bit, smoothed", "int8",
@@ -76,12 +79,14 @@ def points(family: str) -> list[tuple[str, str, list[str]]]:
 FP32 = "fp32 (optimized)"
 #: The validation cases each point's accuracy is measured at (of the family's validation layouts), per family: bounds
 #: the sweep's cost (one stage per point at 2B dims). The shipped stages of `make export` check every layout.
-#: Qwen3-VL: the key size, a mixed-size pack, a video, a mixed image + video pack and the export example (5 of 14).
+#: The Qwen generations: the key size, a mixed-size pack, a video, a mixed image + video pack and the export
+#: example (5 of 14; Qwen2.5-VL: of 16).
 #: Phi-4-multimodal: one crop, three images of 2, 3 and 5 crops, padded patch rows and columns (4 of 9; its export
 #: example is 250x600 + 448x448, both covered; the 13-crop 1344x1792 layout is left to `make export`).
+QWEN_CASES = ("image 448x448", "pack 448x448 + 336x336", "video t=2 256x256", "pack image + video t=2 + image",
+              "export example")
 CASES = {
-    "qwen3-vl": ("image 448x448", "pack 448x448 + 336x336", "video t=2 256x256", "pack image + video t=2 + image",
-                 "export example"),
+    **{name: QWEN_CASES for name in QWEN_FAMILIES},
     "phi-4-mm": ("one crop 448x448", "three images 2, 3, 5 crops", "padded patch rows 250x600",
                  "padded patch columns 600x250"),
 }

@@ -11,18 +11,23 @@ import numpy as np
 from core.progress import say
 from families.qwen_vl.layouts import random_pixels, smart_resize
 
-PATCH_DIM = 1536  # 3 channels x temporal patch 2 x 16 x 16
+PATCH_DIM = 1536  # 3 channels x temporal patch 2 x 16 x 16 (Qwen3-VL, Qwen3.5; Qwen2-VL and Qwen2.5-VL: 1176)
 
 
-def grid_for(height: int, width: int) -> list[list[int]]:
+def grid_for(height: int, width: int, patch: int = 16) -> list[list[int]]:
     """grid_thw [[1, h, w]] (patches) of one image of `height` x `width` as the Qwen processor resizes it."""
-    h, w = smart_resize(height, width, 32)
-    return [[1, h // 16, w // 16]]
+    h, w = smart_resize(height, width, 2 * patch)
+    return [[1, h // patch, w // patch]]
 
 
-def pixels(grid: list[list[int]], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random pixel_values [sum(t*h*w), 1536] and grid_thw int64 [num_images, 3] for `grid`, as an ORT feed."""
-    values, g = random_pixels(grid, PATCH_DIM, np.random.default_rng(seed))
+def patch_of(patch_dim: int) -> int:
+    """The patch side P of a Qwen pixel_values row of 3 * 2 * P * P values."""
+    return round((patch_dim / 6) ** 0.5)
+
+
+def pixels(grid: list[list[int]], seed: int = 0, patch_dim: int = PATCH_DIM) -> dict[str, np.ndarray]:
+    """Random pixel_values [sum(t*h*w), patch_dim] and grid_thw int64 [num_images, 3] for `grid`, as an ORT feed."""
+    values, g = random_pixels(grid, patch_dim, np.random.default_rng(seed))
     return {"pixel_values": values, "grid_thw": g}
 
 
