@@ -99,10 +99,10 @@ bench-collection: $(STAMP)
 
 # Both pipelines side by side at published dims (export, graphs, sizes, parity, latency at 448x448 and 896x896):
 # docs/comparison.md and docs/comparison.json. Exports what is missing first (minutes and ~8 GB each).
+COMPARED := qwen2-vl qwen2.5-vl qwen3-vl qwen3.5 phi-4-mm
 compare: $(STAMP)
-	test -f build/qwen3-vl/int4/report.json || $(MAKE) export MODEL=qwen3-vl
-	test -f build/phi-4-mm/int4/report.json || $(MAKE) export MODEL=phi-4-mm
-	$(PY) -m bench.compare --models qwen3-vl phi-4-mm
+	$(foreach m,$(COMPARED),(test -f build/$(m)/int4/report.json || $(MAKE) export MODEL=$(m)) &&) true
+	$(PY) -m bench.compare --models $(COMPARED)
 
 clean:
 	rm -rf build dist

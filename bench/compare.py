@@ -1,19 +1,23 @@
-"""`python -m bench.compare [--models qwen3-vl phi-4-mm]`: both pipelines side by side, from real runs,
-into docs/comparison.md (and the figures as docs/comparison.json).
+"""`python -m bench.compare [--models qwen2-vl qwen2.5-vl qwen3-vl qwen3.5 phi-4-mm]`: the pipelines side by side,
+from real runs, into docs/comparison.md (and the figures as docs/comparison.json).
 
-Reads the stage folders `make export MODEL=...` wrote (build/MODEL/{export,optimized,int4}/: model and
-report) and measures latency here. Per model: export path, time and peak memory; declared dims of the
-I/O (what the graph can vary at run time and what it cannot); node counts by op type before and after
-optimize and the fused ops; fp32 and INT4 sizes; parity (export vs eager, INT4 vs fp32); latency of the
-optimized fp32 and the INT4 graph per image at 448x448 and 896x896 (a random image through the family's
-own processor, configured as its release package would be) and per output token. Timings: medians of
-`--reps` runs after a warm-up, variants interleaved, all models in one run.
+Reads the stage folders `make export MODEL=...` wrote (build/MODEL/{export,optimized,int8,int4}/: model and
+report) and measures latency and run-time memory here. Per model: export path, time and peak memory; each
+stage's peak memory; declared dims of the I/O (what the graph can vary at run time and what it cannot); node
+counts by op type before and after optimize and the fused ops; fp32, INT8 and INT4 sizes; accuracy of each
+variant (export vs eager; INT8 and INT4 vs fp32, random and outlier-stress weights); latency of the optimized
+fp32, INT8 and INT4 graphs per image at 448x448 and 1024x1024 (a random image through the family's own
+processor, configured as its release package would be) and per output token; the peak RSS of one run of each
+variant at 1024x1024, each in its own process (`bench.scale_point`). Timings: medians of `--reps` runs after a
+warm-up, variants interleaved, all models in one run.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,9 +34,11 @@ from core.progress import say
 from families import family
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES = [(448, 448), (896, 896)]
-STAGES = ("export", "optimized", "int4")
-VARIANTS = {"fp32": "optimized", "int4": "int4"}
+SIZES = [(448, 448), (1024, 1024)]
+STAGES = ("export", "optimized", "int8", "int4")
+VARIANTS = {"fp32": "optimized", "int8": "int8", "int4": "int4"}
+#: Every model `make compare` puts side by side (build/NAME of `make export MODEL=NAME`).
+MODELS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3.5", "phi-4-mm"]
 
 
 def read_stages(model: str, build: Path) -> dict[str, dict]:
@@ -112,20 +118,49 @@ def time_all(models: dict[str, dict], threads: int, reps: int) -> dict:
     return result
 
 
+def runtime_memory(models: dict[str, dict], threads: int) -> dict:
+    """{model: {variant: peak RSS MiB}} of one run at the largest size, each in its own `bench.scale_point`
+    process (so that the peak is that variant's alone)."""
+    size = "{}x{}".format(*SIZES[-1])
+    found: dict = {}
+    for name, info in models.items():
+        grid = json.dumps(info["feeds"][size]["grid_thw"].tolist()) if "grid_thw" in info["feeds"][size] else None
+        for variant, stage in VARIANTS.items():
+            if grid is None:  # Phi-4-multimodal: its feeds are not a grid; measured in-process by time_all only
+                continue
+            done = subprocess.run([sys.executable, "-m", "bench.scale_point", str(info["stages"][stage]["model"]),
+                                   grid, "--reps", "1", "--threads", str(threads)], capture_output=True, text=True,
+                                  cwd=ROOT, check=False)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            record = json.loads(lines[-1]) if lines else {"error": done.stderr.strip()[-200:]}
+            found.setdefault(name, {})[variant] = record.get("peak_rss_mib")
+            say(f"{name} {variant} at {size}: peak RSS {record.get('peak_rss_mib')} MiB")
+    return found
+
+
+def _stage_peak(report: dict) -> float:
+    peak = report.get("peak_rss_mib")
+    return peak["total"] if isinstance(peak, dict) else peak
+
+
 def summarize(name: str, stages: dict[str, dict]) -> dict:
     """The figures of one pipeline, from its stage reports and graphs."""
-    export, optimized, int4 = (stages[s]["report"] for s in STAGES)
+    export, optimized, int8, int4 = (stages[s]["report"] for s in STAGES)
     before, after = op_counts(stages["export"]["model"]), op_counts(stages["optimized"]["model"])
     export_worst = worst([c for c in export["validation"]["cases"] if "outputs" in c])
-    int4_worst = worst(int4["validation"]["cases"])
-    stress = (int4.get("outlier_stress") or {}).get("validation") or {}
+    int8_worst, int4_worst = worst(int8["validation"]["cases"]), worst(int4["validation"]["cases"])
+    stress8, stress = ((r.get("outlier_stress") or {}).get("validation") or {} for r in (int8, int4))
     return {
         "model": export["model"], "family": export["family"], "exporter": export["exporter"], "opset": export["opset"],
         "export_s": round(sum(export["timings_s"].values()), 1), "export_peak_mib": export["peak_rss_mib"]["total"],
         "dims": declared_dims(stages["export"]["model"]),
         "ops_before": before, "ops_after": after,
         "fused": {k: v for k, v in after.items() if k.startswith("com.microsoft.")},
-        "fp32_bytes": sum(optimized["files"].values()), "int4_bytes": sum(int4["files"].values()),
+        "stage_peak_mib": {s: _stage_peak(stages[s]["report"]) for s in STAGES},
+        "fp32_bytes": sum(optimized["files"].values()), "int8_bytes": sum(int8["files"].values()),
+        "int4_bytes": sum(int4["files"].values()),
+        "int8_min_token_cosine": int8_worst["min_token_cosine"],
+        "int8_stress_min_token_cosine": stress8.get("min_token_cosine"),
         "int4_fused_fp32_bytes": fused_weight_bytes(stages["int4"]["model"]),
         "int4_settings": int4.get("config"),
         "export_cases": len(export["validation"]["cases"]), "export_passed": export["validation"]["passed"],
@@ -143,7 +178,11 @@ def _varies(dims: dict[str, list]) -> tuple[str, str]:
     return ", ".join(symbols), "; ".join(f"`{f}`" for f in fixed)
 
 
-def render(summaries: dict[str, dict], timings: dict, facts: dict) -> str:
+def _cosines(random: float, stress: float | None) -> str:
+    return f"{random:.4f} / " + (f"{stress:.4f}" if stress else "–")
+
+
+def render(summaries: dict[str, dict], timings: dict, memory: dict, facts: dict) -> str:
     names = list(summaries)
     head = "| | " + " | ".join(f"`{summaries[n]['model']}`" for n in names) + " |"
     rule = "|---|" + "---:|" * len(names)
@@ -153,7 +192,7 @@ def render(summaries: dict[str, dict], timings: dict, facts: dict) -> str:
 
     mib = lambda b: f"{b / 2**20:,.0f} MiB"
     lines = [
-        "# Qwen3-VL and Phi-4-multimodal through the same pipeline",
+        "# The Qwen generations and Phi-4-multimodal through the same pipeline",
         "",
         (f"Written by `make compare` (`python -m bench.compare`) on {facts['machine']}, {facts['created']}, from "
         "the stage folders of `make export` for each model (random weights at the published dims) and latency "
@@ -166,6 +205,8 @@ def render(summaries: dict[str, dict], timings: dict, facts: dict) -> str:
         row("export path (opset)", lambda s, n: f"{s['exporter']} ({s['opset']})"),
         row("export + validation wall time", lambda s, n: f"{s['export_s']} s"),
         row("export peak RSS", lambda s, n: f"{s['export_peak_mib']:,.0f} MiB"),
+        row("peak RSS of optimize / int8 / int4", lambda s, n: " / ".join(
+            f"{s['stage_peak_mib'][k]:,.0f}" for k in ("optimized", "int8", "int4")) + " MiB"),
         row("parity vs eager (cases, worst max abs diff, min cosine)",
             lambda s, n: f"{s['export_cases']} cases {'passed' if s['export_passed'] else 'FAILED'}, "
                          f"{s['export_max_abs']:.2e}, {s['export_min_cosine']:.6f}"),
@@ -174,12 +215,17 @@ def render(summaries: dict[str, dict], timings: dict, facts: dict) -> str:
         row("nodes before / after optimize", lambda s, n: f"{sum(s['ops_before'].values())} / {sum(s['ops_after'].values())}"),
         row("fused ops after optimize", lambda s, n: ", ".join(f"{k.split('.')[-1]} {v}" for k, v in s["fused"].items())),
         row("fp32 size (optimized)", lambda s, n: mib(s["fp32_bytes"])),
+        row("INT8 size", lambda s, n: f"{mib(s['int8_bytes'])} ({100 * s['int8_bytes'] / s['fp32_bytes']:.0f}%)"),
         row("INT4 size", lambda s, n: f"{mib(s['int4_bytes'])} ({100 * s['int4_bytes'] / s['fp32_bytes']:.0f}%)"),
         row("INT4: fp32 weights inside fused ops (not MatMuls, so not quantized)",
             lambda s, n: mib(s["int4_fused_fp32_bytes"])),
+        row("INT8 min per-token cosine vs fp32 (random / outlier-stress weights)",
+            lambda s, n: _cosines(s["int8_min_token_cosine"], s["int8_stress_min_token_cosine"])),
         row("INT4 min per-token cosine vs fp32 (random / outlier-stress weights)",
-            lambda s, n: f"{s['int4_min_token_cosine']:.4f} / "
-                         + (f"{s['int4_stress_min_token_cosine']:.4f}" if s["int4_stress_min_token_cosine"] else "–")),
+            lambda s, n: _cosines(s["int4_min_token_cosine"], s["int4_stress_min_token_cosine"])),
+        row("peak RSS of one fp32 / INT8 / INT4 run at {} (own process)".format("x".join(map(str, SIZES[-1]))),
+            lambda s, n: " / ".join(f"{memory[n][v]:,.0f}" if memory.get(n, {}).get(v) else "–"
+                                    for v in VARIANTS) + " MiB"),
         "",
         "## Latency (ONNX Runtime CPU)",
         "",
@@ -204,7 +250,7 @@ def render(summaries: dict[str, dict], timings: dict, facts: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m bench.compare", description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["qwen3-vl", "phi-4-mm"], help="build/NAME folders to compare")
+    parser.add_argument("--models", nargs="+", default=MODELS, help="build/NAME folders to compare")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--build", type=Path, default=ROOT / "build", help="folder holding build/MODEL/<stage>/")
@@ -222,12 +268,14 @@ def main(argv: list[str] | None = None) -> int:
                             "feeds": image_feeds(export["family"], export, stages["optimized"]["model"])}
         summaries = {n: summarize(n, m["stages"]) for n, m in models.items()}
         timings = time_all(models, args.threads, args.reps)
+        memory = runtime_memory(models, args.threads)
         facts = {"machine": describe(machine()), "created": time.strftime("%Y-%m-%d"), "threads": args.threads,
                  "reps": args.reps}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(render(summaries, timings, facts) + "\n")
+        args.out.write_text(render(summaries, timings, memory, facts) + "\n")
         results = args.out.with_suffix(".json")
-        results.write_text(json.dumps({"facts": facts, "summaries": summaries, "latency": timings}, indent=1) + "\n")
+        results.write_text(json.dumps({"facts": facts, "summaries": summaries, "latency": timings,
+                                       "runtime_peak_rss_mib": memory}, indent=1) + "\n")
         say(f"wrote {args.out} and {results}")
         return 0
 

@@ -294,3 +294,21 @@ def test_genai_says_why_it_cannot_take_qwen2_vl(stages, tmp_path, capsys):
                              "--out", str(out)]) == 2
     assert "onnxruntime-genai 0.18 has no qwen2_vl model type" in single_error(capsys.readouterr().err)
     assert not out.exists()
+
+
+def test_compare_puts_the_generations_side_by_side(stages, tmp_path):
+    """`make compare`'s command on the tiny builds: every variant's size, accuracy, latency and run-time memory."""
+    from bench import compare
+
+    out = tmp_path / "comparison.md"
+    build = stages["qwen2-vl"]["export"].parent.parent
+    assert compare.main(["--models", *TINY.values(), "--build", str(build), "--reps", "1", "--threads", "1",
+                         "--out", str(out)]) == 0
+    figures = json.loads(out.with_suffix(".json").read_text())
+    assert set(figures["summaries"]) == set(TINY.values())
+    for name in TINY.values():
+        assert set(figures["latency"][name]) == {"fp32", "int8", "int4"}
+        assert set(figures["latency"][name]["fp32"]) == {"448x448", "1024x1024"}
+        assert all(figures["runtime_peak_rss_mib"][name][v] > 0 for v in ("fp32", "int8", "int4"))
+        assert figures["summaries"][name]["int8_min_token_cosine"] > 0.99
+    assert "INT8 min per-token cosine" in out.read_text()
