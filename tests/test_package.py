@@ -121,7 +121,8 @@ def test_preprocessor_loads_and_grids_like_the_smoke_inputs(dist):
     assert (processor.patch_size, processor.merge_size, processor.temporal_patch_size) == (16, 2, 2)
     assert list(processor.image_mean) == [0.5, 0.5, 0.5] and list(processor.image_std) == [0.5, 0.5, 0.5]
     config = AutoConfig.from_pretrained(folder)
-    assert type(config).__name__ == "Qwen3VLVisionConfig" and config.depth == 4 and config.out_hidden_size == 96
+    assert type(config).__name__ == "Qwen3VLConfig"  # the whole model's: its model_type names the generation
+    assert config.vision_config.depth == 4 and config.vision_config.out_hidden_size == 96
     manifest = json.loads((folder / "manifest.json").read_text())
     assert [case["size"] for case in manifest["smoke"]] == ["224x224", "336x336", "448x448", "512x384"]
     for case in manifest["smoke"]:
@@ -452,7 +453,7 @@ def test_checkpoint_package_records_the_weights_and_its_processor(tmp_path, caps
     assert len(shards) > 1 and manifest["weights"]["source"] == "checkpoint"
     assert manifest["weights"]["checkpoint"] == str(checkpoint)
     assert manifest["weights"]["files"] == {p.name: {"sha256": sha256(p), "size": p.stat().st_size} for p in shards}
-    assert json.loads((folder / "config.json").read_text())["out_hidden_size"] == 80
+    assert json.loads((folder / "config.json").read_text())["vision_config"]["out_hidden_size"] == 80
     assert json.loads((folder / "preprocessor_config.json").read_text())["size"]["longest_edge"] == 1024 * 1024
     assert "trained weights from the checkpoint" in (folder / "README.md").read_text()
     code, err = verify(folder, capsys)

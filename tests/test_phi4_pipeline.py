@@ -96,8 +96,10 @@ def test_compare_reads_the_stage_folders(stages, tmp_path):
     assert "max_num_crops, num_image_tokens, num_images" in text
     figures = json.loads(out.with_suffix(".json").read_text())
     latency = figures["latency"][root.name]
-    assert set(latency) == {"fp32", "int4"} and set(latency["fp32"]) == {"448x448", "896x896"}
-    assert latency["fp32"]["896x896"]["tokens"] == 1329  # 1 + 4 crops: 32 * 33 + 1 + 16 * 17
+    assert set(latency) == {"fp32", "int8", "int4"} and set(latency["fp32"]) == {"448x448", "1024x1024"}
+    assert latency["fp32"]["448x448"]["tokens"] == 545  # 1 + 1 crops: 16 * 17 + 1 + 16 * 17
+    assert latency["fp32"]["1024x1024"]["tokens"] > 545  # more crops
+    assert figures["summaries"][root.name]["int8_min_token_cosine"] > 0.99
     ops_after = figures["summaries"][root.name]["ops_after"]
     assert ops_after.get("LayerNormalization") and not ops_after.get("com.microsoft.SkipLayerNormalization")
 

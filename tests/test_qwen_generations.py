@@ -150,17 +150,18 @@ def test_windows_run_one_attention_per_window_and_no_n_by_n_tensor(exports, path
 # ---------------------------------------------------------------- every stage of `make export`
 @pytest.fixture(scope="module")
 def stages(exports, tmp_path_factory) -> dict:
-    """{family: {stage: folder}}: surgery, optimize, int8, int4 (the Makefile's shipped flags) of the
-    TorchScript exports, laid out as `make export` lays out build/MODEL/."""
+    """{family: {stage: folder}}: surgery, optimize, int8, int4 (the Makefile's shipped flags) and fp16 of the
+    TorchScript exports, laid out as `make export FP16=1` lays out build/MODEL/."""
     root = tmp_path_factory.mktemp("generation-stages")
     out = {}
     for family, config in TINY.items():
-        folders = {name: root / config / name for name in ("export", "surgery", "optimized", "int8", "int4")}
+        folders = {name: root / config / name for name in ("export", "surgery", "optimized", "int8", "int4", "fp16")}
         shutil.copytree(exports[family, "torchscript"], folders["export"])
         assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
         assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
         for stage in ("int8", "int4"):
             assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), *SHIPPED[stage]]) == 0
+        assert quantize_cli.main(["fp16", str(folders["optimized"]), str(folders["fp16"])]) == 0
         out[family] = folders
     return out
 
@@ -168,7 +169,7 @@ def stages(exports, tmp_path_factory) -> dict:
 @pytest.mark.parametrize("family", TINY)
 def test_every_stage_passes_at_every_export_layout(stages, family):
     export_cases = [c["case"] for c in _report(stages[family]["export"])["validation"]["cases"]]
-    for name in ("surgery", "optimized", "int8", "int4"):
+    for name in ("surgery", "optimized", "int8", "int4", "fp16"):
         report = _report(stages[family][name])
         assert report["family"] == family, name
         cases = report["validation"]["cases"]
