@@ -16,7 +16,6 @@ and .md. The test `tests/test_window_attention_bench.py` checks that both forms 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from onnxscript import opset18 as op
 from onnxscript.values import Opset
 
 from bench.scale_point import peak_rss_mib
-from bench.timing import interleaved, load_average
+from bench.timing import interleaved, load_average, write_results
 from core.machine import describe, machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,9 +153,7 @@ def main(argv=None) -> int:
     result["decision"] = (f"Faster at the median frame: **{faster}** (padded / loop {min(ratios):.2f}–"
                           f"{max(ratios):.2f}×). The export ships the loop over windows "
                           "(builders/qwen_vl/segment_attention.py): one lowering for frames and windows.")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "window-attention.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "window-attention.md").write_text(markdown(result))
+    write_results(args.out, "window-attention", result, markdown(result), "window_attention")
     return 0
 
 

@@ -26,16 +26,22 @@ from tests.test_preprocess_resample import install_torchvision_stub
 VIDEOS = [(4, 224, 224), (3, 37, 53), (2, 300, 500), (5, 480, 640), (6, 1000, 30), (4, 512, 384)]
 
 
-@pytest.fixture
-def transformers_video_processor(monkeypatch):
-    """transformers' Qwen3VLVideoProcessor (class defaults) on the torchvision stand-in."""
+def stubbed_video_processor(monkeypatch, module_name: str, class_name: str):
+    """transformers' video processor `class_name` of `module_name` (class defaults) on the torchvision stand-in."""
     functional = install_torchvision_stub(monkeypatch)
     import transformers.video_processing_utils as video_utils
 
-    module = importlib.import_module("transformers.models.qwen3_vl.video_processing_qwen3_vl")
+    module = importlib.import_module(module_name)
     monkeypatch.setattr(video_utils, "tvF", functional, raising=False)
     monkeypatch.setattr(module, "tvF", functional, raising=False)
-    return module.Qwen3VLVideoProcessor()
+    return getattr(module, class_name)()
+
+
+@pytest.fixture
+def transformers_video_processor(monkeypatch):
+    """transformers' Qwen3VLVideoProcessor (class defaults) on the torchvision stand-in."""
+    return stubbed_video_processor(monkeypatch, "transformers.models.qwen3_vl.video_processing_qwen3_vl",
+                                   "Qwen3VLVideoProcessor")
 
 
 def write_frames(folder: Path, count: int, height: int, width: int) -> list[Path]:
@@ -94,13 +100,8 @@ def test_bad_videos(tmp_path):
 @pytest.fixture
 def transformers_qwen2_video_processor(monkeypatch):
     """transformers' Qwen2VLVideoProcessor (class defaults: Qwen2-VL's and Qwen2.5-VL's) on the stand-in."""
-    functional = install_torchvision_stub(monkeypatch)
-    import transformers.video_processing_utils as video_utils
-
-    module = importlib.import_module("transformers.models.qwen2_vl.video_processing_qwen2_vl")
-    monkeypatch.setattr(video_utils, "tvF", functional, raising=False)
-    monkeypatch.setattr(module, "tvF", functional, raising=False)
-    return module.Qwen2VLVideoProcessor()
+    return stubbed_video_processor(monkeypatch, "transformers.models.qwen2_vl.video_processing_qwen2_vl",
+                                   "Qwen2VLVideoProcessor")
 
 
 def test_qwen2_defaults_are_the_processors(transformers_qwen2_video_processor):
