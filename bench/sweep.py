@@ -69,9 +69,18 @@ POINTS = [
 ]
 
 
+#: INT8 points of one family: Qwen2.5-VL's SwiGLU down projections (and the attention output projections) as
+#: MatMulNBits 8-bit with per-token-and-block int8 activations (`quantize int8 --nbits-for`), the rest dynamic.
+_DYNAMIC = ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]
+INT8_EXTRA = {"qwen2.5-vl": [
+    ("int8 dynamic 7-bit, down_proj nbits", "int8", [*_DYNAMIC, "--nbits-for", "down_proj"]),
+    ("int8 dynamic 7-bit, down_proj + attn.proj nbits", "int8", [*_DYNAMIC, "--nbits-for", r"down_proj|attn\.proj"]),
+]}
+
+
 def points(family: str) -> list[tuple[str, str, list[str]]]:
-    """POINTS plus the family's INT4 mixed-precision points (INT4_MIXED)."""
-    return POINTS + [
+    """POINTS plus the family's own INT8 points (INT8_EXTRA) and INT4 mixed-precision points (INT4_MIXED)."""
+    return POINTS + INT8_EXTRA.get(family, []) + [
         (f"int4 b128 asym a4, {n} MatMuls 8-bit", "int4",
          ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report",
           "--int8-matmuls", str(n)])

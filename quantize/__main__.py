@@ -109,6 +109,10 @@ def add_int8_options(sub: argparse.ArgumentParser) -> None:
                      help="nbits: MatMulNBits compute, 0 fp32, 4 int8 activations per block (default 4)")
     sub.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                      help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")
+    sub.add_argument("--nbits-for", action="append", default=[], metavar="PATTERN",
+                     help="dynamic/static: quantize the MatMuls whose node or weight name matches this regex as "
+                          "MatMulNBits 8-bit, block 32, accuracy level 4 instead (int8 activations per token and "
+                          "block: for inputs with outlier tokens, e.g. down_proj after SwiGLU; repeatable)")
     add_outlier_options(sub, "exclude")
 
 
@@ -153,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "int8":
             int8.run(args.input, args.out, args.method, args.per_channel, args.block_size, args.symmetric,
                      args.accuracy_level, args.exclude, args.outliers, args.stress_target, args.threads, args.force,
-                     args.outlier_ratio, args.reduce_range, args.min_cosine, args.worst_case_budget, args.smooth)
+                     args.outlier_ratio, args.reduce_range, args.min_cosine, args.worst_case_budget, args.smooth,
+                     args.nbits_for)
         elif args.command == "fp16":
             fp16.run(args.input, args.out, args.threads, args.force, args.min_cosine, args.headroom, args.exclude,
                      args.outliers)

@@ -27,6 +27,8 @@ from core.errors import UsageError
 from quantize import calibration, outlier_channels, outlier_check, quantizers, weight_stage
 
 METHODS = ("dynamic", "static", "nbits")
+#: The MatMulNBits settings of `--nbits-for`: nbits' defaults.
+NBITS_FOR = {"block_size": 32, "symmetric": True, "accuracy_level": 4}
 #: dynamic's default weight range: 7 bits, exact on every x86 CPU (see `core.cpu`: with 8 bits, CPUs without
 #: VNNI saturate). `--full-range` trades that for accuracy on CPUs with VNNI / AMX / ARM.
 REDUCE_RANGE = True
@@ -54,8 +56,14 @@ def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel:
         outliers: str = "exclude", target: float = outlier_check.DEFAULT_TARGET, threads: int = 0,
         force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO,
         reduce_range: bool = REDUCE_RANGE, min_cosine: float = 0.0,
-        worst_case_budget: float | None = outlier_check.DEFAULT_WORST_CASE_BUDGET, smooth: bool = False) -> dict:
-    """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+        worst_case_budget: float | None = outlier_check.DEFAULT_WORST_CASE_BUDGET, smooth: bool = False,
+        nbits_for: list[str] | None = None) -> dict:
+    """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report.
+
+    `nbits_for` (dynamic, static): regexes of MatMuls (node or weight name) quantized instead as MatMulNBits
+    8-bit, block 32, symmetric, accuracy level 4 (`NBITS_FOR`): int8 activations per token and block of K,
+    for inputs with outlier tokens that one scale per tensor serves badly (SwiGLU's down_proj input, the
+    product of two projections: Qwen2.5-VL)."""
     if smooth and method == "nbits":
         raise UsageError("--smooth applies to --method dynamic or static (it moves activation range into the "
                          "weights, which weight-only nbits does not need)")
@@ -63,5 +71,13 @@ def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel:
     fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range,
                            calibrated[0] if calibrated else None)
     config = {**config, "smooth": smooth} if method != "nbits" else config
+    route = None
+    if nbits_for:
+        if method == "nbits":
+            raise UsageError("--nbits-for applies to --method dynamic or static (with nbits every MatMul is already "
+                             "MatMulNBits)")
+        route = (list(nbits_for), *quantizers.nbits(8, **NBITS_FOR))
+        config = {**config, "nbits_for": list(nbits_for)}
     return weight_stage.run("int8", path, out, config, fn, exclude or [], threads, outliers, target, force,
-                            outlier_ratio, min_cosine, worst_case_budget, calibration=calibrated, smooth=smooth)
+                            outlier_ratio, min_cosine, worst_case_budget, calibration=calibrated, smooth=smooth,
+                            route=route)

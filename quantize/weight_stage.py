@@ -28,14 +28,15 @@ from quantize import outlier_channels, outlier_check, quantizers, stage
 from quantize.passes import smooth_activations, unfuse_attention
 
 
-def excluded(nodes: list[tuple[str, str]], patterns: list[str]) -> list[str]:
-    """Names of the (node name, weight name) pairs where either matches (re.search) one of `patterns`."""
+def excluded(nodes: list[tuple[str, str]], patterns: list[str], option: str = "--exclude") -> list[str]:
+    """Names of the (node name, weight name) pairs where either matches (re.search) one of `patterns`; a bad
+    pattern is a UsageError naming `option`."""
     compiled = []
     for p in patterns:
         try:
             compiled.append(re.compile(p))
         except re.error as err:
-            raise UsageError(f"--exclude {p!r} is not a valid regular expression: {err}") from None
+            raise UsageError(f"{option} {p!r} is not a valid regular expression: {err}") from None
     return [n for n, w in nodes if any(c.search(n) or c.search(w) for c in compiled)]
 
 
@@ -129,7 +130,8 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO, min_cosine: float = 0.0,
         worst_case_budget: float | None = outlier_check.DEFAULT_WORST_CASE_BUDGET,
         promote: tuple[int, outlier_check.Quantizer, dict] | None = None,
-        calibration: tuple[Callable[[], list[dict]], dict] | None = None, smooth: bool = False) -> dict:
+        calibration: tuple[Callable[[], list[dict]], dict] | None = None, smooth: bool = False,
+        route: tuple[list[str], outlier_check.Quantizer, dict] | None = None) -> dict:
     """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
 
     `config` (the stage's options) goes into the report as is. `outliers`: "exclude", "report" or "off".
@@ -143,6 +145,8 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     what they are): `feeds()` gives the calibration set (`quantize.calibration`, made on first use) a static
     quantizer also reads, said in the report; with `smooth`, every model is SmoothQuant-smoothed on its own maxima at those feeds before anything
     else (`quantize.passes.smooth_activations.smoothing`, outermost: the outlier split sees smoothed inputs).
+    `route` = (patterns, quantizer, its settings): the MatMuls whose node or weight name matches a pattern go
+    through that quantizer instead (int8's `--nbits-for`), by name rather than by sensitivity.
     """
     if outliers not in outlier_check.MODES:
         raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
@@ -155,6 +159,8 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
     if outlier_ratio != 0 and not outlier_ratio > 1:
         raise UsageError(f"--outlier-ratio must be 0 (off) or greater than 1, got {outlier_ratio}")
     excluded([], exclude)  # a bad pattern is refused before any work
+    if route:
+        excluded([], route[0], "--nbits-for")
     check_folder_output(out, stage_name, [path], force)
     timings: dict[str, float] = {}
     out = Path(out)
@@ -178,6 +184,14 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             quantize = quantizers.mixed(quantize, high, promoted)
             mixed = {"promoted": promoted, "quantizer": high_config, "case": source.layouts[probe[0]]["case"],
                      "sensitivity": ranked}
+        if route and route[0]:
+            patterns, other, other_config = route
+            routed = [n for n in excluded(prepared.nodes, patterns, "--nbits-for") if n not in skip]
+            if not routed:
+                raise UsageError(f"--nbits-for {' '.join(patterns)} matches none of the {len(prepared.nodes)} "
+                                 "MatMul(s) left to quantize; check the pattern against the node or weight names")
+            quantize = quantizers.mixed(quantize, other, routed)
+            mixed = {"promoted": routed, "patterns": patterns, "quantizer": other_config}
         if outlier_ratio:
             quantize = outlier_channels.keeping_outliers_fp32(quantize, [source.inputs[i] for i in probe], threads,
                                                               outlier_ratio, split_record)

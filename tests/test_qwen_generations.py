@@ -309,3 +309,19 @@ def test_compare_puts_the_generations_side_by_side(stages, tmp_path):
         assert all(figures["runtime_peak_rss_mib"][name][v] > 0 for v in ("fp32", "int8", "int4"))
         assert figures["summaries"][name]["int8_min_token_cosine"] > 0.99
     assert "INT8 min per-token cosine" in out.read_text()
+
+
+def test_int8_nbits_for_routes_down_proj_to_matmulnbits(stages, tmp_path, capsys):
+    """`quantize int8 --nbits-for down_proj`: Qwen2.5-VL's SwiGLU down projections as MatMulNBits 8-bit (int8
+    activations per token and block), every other MatMul MatMulInteger; a pattern matching nothing is one line."""
+    optimized = stages["qwen2.5-vl"]["optimized"]
+    out = tmp_path / "int8"
+    assert quantize_cli.main(["int8", str(optimized), str(out), *SHIPPED["int8"], "--nbits-for", "down_proj"]) == 0
+    report = _report(out)
+    depth = load_config("qwen2.5-vl-tiny").vision["depth"]
+    assert report["mixed_precision"]["nbits_by_bits"] == {"8": depth}
+    assert report["op_counts"]["com.microsoft.MatMulNBits"] == depth
+    assert all(c["ok"] for c in report["validation"]["cases"]) and report["config"]["nbits_for"] == ["down_proj"]
+    assert quantize_cli.main(["int8", str(optimized), str(tmp_path / "none"), "--nbits-for", "no_such_matmul"]) == 2
+    assert "--nbits-for no_such_matmul matches none" in single_error(capsys.readouterr().err)
+    assert not (tmp_path / "none").exists()
