@@ -30,8 +30,10 @@ INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 72
 # 25.9% of its bytes (the INT8 variant, 2.39x and 25.5%, is as small).
 INT4_FLAGS_phi-4-mm ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 144
 # What `make export MODEL=...` runs for variable $1 (INT8_FLAGS, INT4_FLAGS): $1 when given on the command line,
-# else the model's own $1_MODEL where set, else $1.
-model_flags = $(if $(filter command line,$(origin $1)),$($1),$(or $($1_$(MODEL)),$($1)))
+# else the model's own $1_MODEL where set, else its base name's $1_BASE (MODEL without its last -part: qwen2.5-vl-3b
+# and qwen2.5-vl-tiny -> qwen2.5-vl), else $1. bench.shipped.makefile_flags reads them the same way.
+MODEL_BASE = $(patsubst %-$(lastword $(subst -, ,$(MODEL))),%,$(MODEL))
+model_flags = $(if $(filter command line,$(origin $1)),$($1),$(or $($1_$(MODEL)),$($1_$(MODEL_BASE)),$($1)))
 int8_flags = $(call model_flags,INT8_FLAGS)
 int4_flags = $(call model_flags,INT4_FLAGS)
 

@@ -49,13 +49,14 @@ def parse_args(argv: list[str] | None):
 
 def makefile_flags(makefile: Path, model: str | None = None) -> dict[str, list[str]]:
     """{stage: flags} from the Makefile's `INT8_FLAGS ?= ...` / `INT4_FLAGS ?= ...` lines; for `model`, its own
-    `INT8_FLAGS_MODEL` / `INT4_FLAGS_MODEL` where the Makefile sets one (what `make export MODEL=model` runs)."""
+    `INT8_FLAGS_MODEL` / `INT4_FLAGS_MODEL` where the Makefile sets one, else its base name's (`model` without its
+    last -part: qwen2.5-vl-3b -> qwen2.5-vl): what `make export MODEL=model` runs."""
     if not makefile.is_file():
         raise UsageError(f"{makefile} not found: give the Makefile holding INT8_FLAGS and INT4_FLAGS with --makefile")
     text = makefile.read_text()
     flags = {}
     for stage, variable in STAGE_FLAGS.items():
-        names = ([f"{variable}_{model}"] if model else []) + [variable]
+        names = ([f"{variable}_{model}", f"{variable}_{model.rsplit('-', 1)[0]}"] if model else []) + [variable]
         found = next(filter(None, (re.search(rf"^{re.escape(name)}\s*\??=\s*(.*)$", text, re.MULTILINE)
                                    for name in names)), None)
         if not found:

@@ -174,5 +174,16 @@ def test_a_model_s_own_makefile_flags_come_first(tmp_path):
                         "INT4_FLAGS_phi-4-mm ?= --int8-matmuls 120\n")
     assert shipped.makefile_flags(makefile)["int4"] == ["--int8-matmuls", "72"]
     assert shipped.makefile_flags(makefile, "qwen3-vl")["int4"] == ["--int8-matmuls", "72"]
+    assert shipped.makefile_flags(makefile, "phi-4-mm-tiny")["int4"] == ["--int8-matmuls", "120"]  # base name's
     assert shipped.makefile_flags(makefile, "phi-4-mm") == {"int8": ["--method", "dynamic"],
                                                             "int4": ["--int8-matmuls", "120"]}
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make to read the Makefile as make export does")
+def test_make_export_takes_a_model_s_base_name_flags():
+    """`make export MODEL=phi-4-mm-tiny` runs INT4_FLAGS_phi-4-mm (its base name's), as bench.shipped reads it."""
+    done = subprocess.run(["make", "-n", "-o", ".venv/.installed", "export", "MODEL=phi-4-mm-tiny"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    int4 = next(line for line in done.stdout.splitlines() if " int4 " in line)
+    expected = shipped.makefile_flags(ROOT / "Makefile", "phi-4-mm-tiny")["int4"]
+    assert int4.split("build/phi-4-mm-tiny/int4 ", 1)[1].split() == expected
