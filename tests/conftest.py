@@ -57,6 +57,18 @@ def tiny_optimized(tiny_exports, tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def transformers_js_node(tmp_path_factory):
+    """bench/node installed once (`npm ci --ignore-scripts`, pinned by its lockfile): transformers.js 4.3.1 and
+    onnxruntime-node, shared by every transformers.js test; skips with the reason where Node is missing."""
+    from bench import transformers_js
+
+    missing = transformers_js.node_missing()
+    if missing is not None:
+        pytest.skip(f"transformers.js needs Node: {missing}")
+    return transformers_js.install(tmp_path_factory.mktemp("transformers-js") / "node")
+
+
 def single_error(stderr: str) -> str:
     """The one `error:` line of a failed command (progress lines may precede it; no traceback)."""
     assert "Traceback" not in stderr

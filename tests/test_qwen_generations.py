@@ -325,3 +325,38 @@ def test_int8_nbits_for_routes_down_proj_to_matmulnbits(stages, tmp_path, capsys
     assert quantize_cli.main(["int8", str(optimized), str(tmp_path / "none"), "--nbits-for", "no_such_matmul"]) == 2
     assert "--nbits-for no_such_matmul matches none" in single_error(capsys.readouterr().err)
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize("family", TINY)
+def test_transformers_js_reads_the_package(packages, family, tmp_path, transformers_js_node):
+    """transformers.js 4.3.1 (Node) on each generation's package: its AutoConfig reads the generation's model_type;
+    its own image processor grids real photos as transformers' Python processor does (but at a rounding tie) with
+    pixels within its resize difference (up to 16 grey levels, docs/transformers-js.md: 16 / 255 / std after
+    normalisation); and the encoder it runs on onnxruntime-node gives, on those pixels, what the package's encoder
+    gives in Python."""
+    import subprocess
+
+    from bench import transformers_js
+
+    package = packages[family]
+    script = ("import { AutoConfig, env } from '@huggingface/transformers'; env.allowRemoteModels = false; "
+              f"env.localModelPath = {json.dumps(str(package.parent))}; "
+              f"console.log((await AutoConfig.from_pretrained({json.dumps(package.name)})).model_type);")
+    done = subprocess.run(["node", "--input-type=module", "-e", script], cwd=transformers_js_node,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == GENERATIONS[family].model_type, done.stderr
+    photos = transformers_js.write_photos(tmp_path)
+    calls = transformers_js.default_calls(photos)
+    found = transformers_js.compare(package, {"fp32": "vision_encoder.onnx"}, calls, tmp_path,
+                                    transformers_js_node)
+    same = [r for r in found if r["same_grid"]]
+    assert len(same) >= len(found) - 2 and any(len(r["images"]) == 2 for r in same)
+    resize_bound = 16 / 255 / min(GENERATIONS[family].processor["image_std"])
+    assert all(r["pixel_max_abs"] <= resize_bound for r in same), [(r["call"], r["pixel_max_abs"]) for r in same]
+    js_runs = transformers_js.run_node(transformers_js_node, package, "vision_encoder.onnx", list(calls.values()),
+                                       tmp_path / "node-check")
+    sess = session.open_session(package / "onnx" / "vision_encoder.onnx")
+    for js in js_runs:
+        grid = np.asarray(js["grid_thw"], np.int64)
+        (ours,) = sess.run(None, {"pixel_values": js["pixels"], "grid_thw": grid})
+        np.testing.assert_allclose(js["arrays"]["image_features"], ours, rtol=0, atol=1e-4)

@@ -38,9 +38,9 @@ def package(tiny_exports, tiny_optimized, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def records(package, tmp_path_factory):
+def records(package, tmp_path_factory, transformers_js_node):
     work = tmp_path_factory.mktemp("tjs-work")
-    node = transformers_js.install(work / "node")
+    node = transformers_js_node
     photos = transformers_js.write_photos(work)
     manifest = json.loads((package / "manifest.json").read_text())
     files = {v["name"]: v["file"].split("/")[-1] for v in manifest["variants"]}
