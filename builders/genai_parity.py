@@ -132,9 +132,10 @@ def reference_logits(model, inputs: dict[str, torch.Tensor], tokens: list[int], 
 
 
 def load_model(checkpoint: Path):
-    from transformers import Qwen3VLForConditionalGeneration
+    """The checkpoint's *ForConditionalGeneration (Qwen3-VL, Qwen2.5-VL, Qwen3.5) in float32."""
+    from transformers import AutoModelForImageTextToText
 
-    return Qwen3VLForConditionalGeneration.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+    return AutoModelForImageTextToText.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
 
 
 def compare(package: Path, checkpoint: Path, paths: list[Path], text: str, steps: int = 8, model=None) -> dict:

@@ -1,4 +1,4 @@
-"""`python -m builders.random_checkpoint --out CKPT [--dims tiny|2b]`: a random full Qwen3-VL checkpoint.
+"""`python -m builders.random_checkpoint --out CKPT [--dims tiny|2b] [--family F]`: a random full Qwen checkpoint.
 
 What `python -m release genai` needs and no model hub is reached for: a `save_pretrained` folder of
 `Qwen3VLForConditionalGeneration` with random weights (seeded), its tokenizer and its image processor:
@@ -10,6 +10,9 @@ What `python -m release genai` needs and no model hub is reached for: a `save_pr
   plus Qwen's special tokens (`SPECIAL`: `<|im_start|>`, `<|vision_start|>`, `<|image_pad|>`, ...);
   config.json's image, video and vision start/end token ids are theirs;
 - preprocessor_config.json: Qwen3-VL's image processor settings (families/qwen_vl/preprocess.py).
+`--family qwen2.5-vl` / `qwen3.5` (tiny only): `Qwen2_5_VLForConditionalGeneration` / `Qwen3_5ForConditionalGeneration`
+with that family's tiny tower, a tiny text model of its kind (`FAMILY_TINY`), the same tokenizer and the
+generation's processor settings.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import torch
 from transformers import Qwen2Tokenizer, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
 from builders.config import load_config
-from core.errors import Parser, main_wrapper
+from core.errors import Parser, UsageError, main_wrapper
 from core.progress import say
 from core.staging import staged_folder
 from families.qwen_vl import preprocess
+from families.qwen_vl.generations import GENERATIONS
 
 STAGE = "random-checkpoint"
 #: Text model dimensions. `2b`: Qwen/Qwen3-VL-2B-Instruct's text_config as recalled (Qwen3-1.7B: GQA 16/8 heads
@@ -42,6 +46,24 @@ TEXT = {
                                "mrope_interleaved": True}},
 }
 VISION = {"tiny": "qwen3-vl-tiny", "2b": "qwen3-vl-2b"}
+#: The other families' tiny checkpoints (`--family`): their tiny vision config and a two- or four-layer text model
+#: of width 96 (the tiny towers' out_hidden_size). Qwen2.5-VL: 2 heads of 48, mRoPE sections 8/8/8. Qwen3.5: its
+#: hybrid decoder, three Gated DeltaNet layers and one attention layer (heads of 16, a quarter rotated), the
+#: smallest onnxruntime-genai 0.18's builder writes for CPU.
+FAMILY_TINY = {
+    "qwen2.5-vl": ("qwen2.5-vl-tiny", {
+        "vocab_size": 320, "hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 4096,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 8, 8]}}),
+    "qwen3.5": ("qwen3.5-tiny", {
+        "vocab_size": 320, "hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4, "max_position_embeddings": 4096,
+        "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                            "mrope_section": [1, 1, 0], "mrope_interleaved": True}}),
+}
 DTYPE = {"tiny": torch.float32, "2b": torch.bfloat16}
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 CORPUS = ["Describe this image.", "What is in these pictures? A cat, a cup of coffee, a rocket and an astronaut.",
@@ -64,32 +86,46 @@ def tokenizer() -> Qwen2Tokenizer:
     return tok
 
 
-def model(dims: str, tok: Qwen2Tokenizer, seed: int) -> Qwen3VLForConditionalGeneration:
-    """The random model (`seed`) with the tokenizer's vision token ids."""
+def model(dims: str, tok: Qwen2Tokenizer, seed: int, family: str = "qwen3-vl"):
+    """The random model (`seed`) of `family` with the tokenizer's vision token ids (float32 for the other
+    families' tiny checkpoints)."""
     ids = {key: tok.convert_tokens_to_ids(token) for key, token in (
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
     text = {**TEXT[dims], "eos_token_id": tok.convert_tokens_to_ids("<|im_end|>"), "pad_token_id": tok.pad_token_id,
             "bos_token_id": None}
     tied = text.pop("tie_word_embeddings", False)
+    if family != "qwen3-vl":
+        from transformers import AutoModelForImageTextToText
+
+        vision_name, text_dims = FAMILY_TINY[family]
+        generation = GENERATIONS[family]
+        config = generation.model_config_class()(
+            vision_config=load_config(vision_name).vision, text_config={**text, **text_dims}, **ids)
+        config.architectures = [type(config).__name__.removesuffix("Config") + "ForConditionalGeneration"]
+        torch.manual_seed(seed)
+        return AutoModelForImageTextToText.from_config(config).eval().float()
     config = Qwen3VLConfig(vision_config=load_config(VISION[dims]).vision, text_config=text, tie_word_embeddings=tied,
                            **ids)
     torch.manual_seed(seed)
     return Qwen3VLForConditionalGeneration(config).eval().to(DTYPE[dims])
 
 
-def write(out: str | Path, dims: str = "tiny", seed: int = 0, force: bool = False) -> Path:
+def write(out: str | Path, dims: str = "tiny", seed: int = 0, force: bool = False, family: str = "qwen3-vl") -> Path:
     """Write the checkpoint folder `out` (config.json, model.safetensors, tokenizer, preprocessor_config.json)."""
+    if family != "qwen3-vl" and dims != "tiny":
+        raise UsageError(f"--family {family} makes tiny checkpoints only (--dims tiny)")
     tok = tokenizer()
     with staged_folder(out, STAGE, force=force) as tmp:
-        vlm = model(dims, tok, seed)
+        vlm = model(dims, tok, seed, family)
         vlm.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         vision = vlm.config.vision_config
-        preprocess.save_config(tmp, patch_size=vision.patch_size, temporal_patch_size=vision.temporal_patch_size,
-                               merge_size=vision.spatial_merge_size)
+        preprocess.save_config(tmp, GENERATIONS[family].processor, patch_size=vision.patch_size,
+                               temporal_patch_size=vision.temporal_patch_size, merge_size=vision.spatial_merge_size)
+        name = type(vlm).__name__
         del vlm
-    say(f"wrote {out}/: random Qwen3VLForConditionalGeneration ({dims} dims, seed {seed}) with its tokenizer")
+    say(f"wrote {out}/: random {name} ({dims} dims, seed {seed}) with its tokenizer")
     return Path(out)
 
 
@@ -99,10 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dims", choices=sorted(TEXT), default="tiny", help="tiny (default) or 2b")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out folder")
+    parser.add_argument("--family", choices=["qwen3-vl", *FAMILY_TINY], default="qwen3-vl",
+                        help="the model (default qwen3-vl; the others tiny only)")
 
     def run() -> int:
         args = parser.parse_args(argv)
-        write(args.out, args.dims, args.seed, args.force)
+        write(args.out, args.dims, args.seed, args.force, args.family)
         return 0
 
     return main_wrapper(run)

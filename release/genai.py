@@ -1,6 +1,7 @@
 """`python -m release genai BUILD --checkpoint CKPT --out DIR`: a folder onnxruntime-genai 0.18.0 loads as it is.
 
-    DIR/genai_config.json       genai's builder's config, type qwen3_vl, + vision and embedding sections
+    DIR/genai_config.json       genai's builder's config, the family's type (qwen3_vl, qwen2_5_vl, qwen3_5:
+                                release/genai_types.py), + vision and embedding sections
     DIR/model.onnx[.data]       the text decoder (inputs_embeds), from genai's builder (release/genai_decoder.py)
     DIR/vision.onnx[.data]      BUILD's encoder under genai's I/O names, DeepStack outputs removed
                                 (release/genai_vision.py)
@@ -36,19 +37,17 @@ from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.staging import staged_folder
 from families import family
-from release import genai_checkpoint, genai_config, genai_decoder, genai_embedding, genai_vision, stages
+from release import (
+    genai_checkpoint,
+    genai_config,
+    genai_decoder,
+    genai_embedding,
+    genai_types,
+    genai_vision,
+    stages,
+)
 
 STAGE = "genai"
-FAMILY = "qwen3-vl"
-#: Why each other family gets no genai package from this command (one line, exit 2).
-NOT_MADE = {
-    "qwen2-vl": "onnxruntime-genai 0.18 has no qwen2_vl model type (its Qwen pipelines: qwen2_5_vl, qwen3_vl, "
-                "qwen3_5): it cannot run a Qwen2-VL package",
-    "qwen2.5-vl": "onnxruntime-genai 0.18's qwen2_5_vl pipeline is not packaged by this command yet (Qwen3-VL only)",
-    "qwen3.5": "onnxruntime-genai 0.18's qwen3_5 pipeline is not packaged by this command yet (Qwen3-VL only)",
-    "phi-4-mm": "the genai package is made for qwen3-vl only (onnxruntime-genai's phi4mm pipeline: see "
-                "docs/genai.md)",
-}
 #: Files of ours in a package folder: never taken from a --decoder folder.
 OWN = (genai_vision.FILE, genai_embedding.FILE, genai_config.PROCESSOR, report_mod.REPORT)
 
@@ -72,10 +71,10 @@ def _variant(found: dict[str, stages.Stage], name: str) -> stages.Variant:
 
 def processor_settings(export: dict, metadata: dict) -> dict:
     """The model's image processor settings, as the release package's preprocessor_config.json holds them
-    (the checkpoint's processor, else Qwen3-VL's defaults: families/qwen_vl/release.py)."""
+    (the checkpoint's processor, else the generation's defaults: families/qwen_vl/release.py)."""
     from families.qwen_vl import preprocess
 
-    fam = family(FAMILY)
+    fam = family(export["family"])
     with tempfile.TemporaryDirectory(prefix="genai-processor-") as tmp:
         fam.release.write_config(export, metadata, Path(tmp))
         fam.release.write_processor(export, metadata, Path(tmp))
@@ -137,17 +136,18 @@ def genai(build: str | Path, checkpoint: str | Path, out: str | Path, decoder: s
     og = _og()
     found = stages.read_build(build)
     export = found["export"].report
-    if export.get("family") != FAMILY:
-        reason = NOT_MADE.get(export.get("family"), f"the genai package is made for {FAMILY} only")
+    kind = genai_types.TYPES.get(export.get("family"))
+    if kind is None:
+        reason = genai_types.NOT_MADE.get(export.get("family"), "onnxruntime-genai runs no such model")
         raise UsageError(f"BUILD {build} holds a {export.get('family')} encoder: {reason}")
     chosen = _variant(found, variant)
     metadata = onnx_io.metadata(chosen.stage.model)
-    ckpt = genai_checkpoint.read(checkpoint, export, metadata)
+    ckpt = genai_checkpoint.read(checkpoint, export, metadata, kind)
     hidden = int(ckpt.text["hidden_size"])
     if decoder is not None:
         genai_decoder.check(Path(decoder), hidden)
     settings = processor_settings(export, metadata)
-    processor = genai_config.processor_config(settings)  # refuses settings genai cannot express, before any work
+    processor = genai_config.processor_config(settings, kind)  # refuses what genai cannot express, before any work
     inputs = [build, checkpoint] + ([decoder] if decoder is not None else [])
     with staged_folder(out, STAGE, inputs=inputs, force=force) as tmp:
         with step("decoder" + (f" from {decoder}" if decoder else f" ({precision}, genai's builder)"), timings,
@@ -165,20 +165,23 @@ def genai(build: str | Path, checkpoint: str | Path, out: str | Path, decoder: s
             embedding = genai_embedding.write(embed_tokens, ckpt.token_id("image_token_id"), tmp)
             del embed_tokens
         tokens = {key: ckpt.token_id(key) for key in genai_config.TOKEN_KEYS}
-        config = genai_config.genai_config(decoder_config, tokens, vision, embedding, ckpt.config["vision_config"])
+        config = genai_config.genai_config(decoder_config, tokens, vision, embedding, ckpt.config["vision_config"],
+                                           kind)
         onnx_io.write_json(tmp / genai_config.CONFIG, config)
         onnx_io.write_json(tmp / genai_config.PROCESSOR, processor)
         with step("load in onnxruntime-genai and run one step", timings, "check"):
             check = load_check(tmp)
         report_mod.write(tmp, {
-            "stage": STAGE, "family": FAMILY, "model": export.get("model"), "onnxruntime_genai": og.__version__,
+            "stage": STAGE, "family": kind.family, "type": kind.type, "model": export.get("model"),
+            "onnxruntime_genai": og.__version__,
             "checkpoint": str(ckpt.folder), "vision": {"stage": chosen.stage.name, "variant": variant, **vision},
             "embedding": embedding,
             "decoder": {"source": str(decoder) if decoder is not None else "genai's builder",
                         "precision": None if decoder is not None else precision},
             "deepstack": ("dropped: onnxruntime-genai's qwen3_vl pipeline feeds the decoder inputs_embeds only, "
-                          "so the DeepStack features are not added to its first layers (docs/genai.md)"),
+                          "so the DeepStack features are not added to its first layers (docs/genai.md)")
+                         if kind.drops_deepstack else "none: the model has no DeepStack",
             "load_check": check, **report_mod.footer(timings)})
-    say(f"wrote {out}/: onnxruntime-genai {og.__version__} loads it (og.Model); DeepStack dropped "
-        f"({', '.join(vision['dropped_outputs']) or 'none'})")
+    dropped = f"; DeepStack dropped ({', '.join(vision['dropped_outputs'])})" if vision["dropped_outputs"] else ""
+    say(f"wrote {out}/: onnxruntime-genai {og.__version__} loads it as {kind.type} (og.Model){dropped}")
     return Path(out)

@@ -1,6 +1,7 @@
-"""The full Qwen3-VL checkpoint an onnxruntime-genai package is made from, read and checked without torch.
+"""The full checkpoint an onnxruntime-genai package is made from, read and checked without torch.
 
-A checkpoint is a `save_pretrained` folder of `Qwen3VLForConditionalGeneration`: `config.json` (with
+A checkpoint is a `save_pretrained` folder of the family's `*ForConditionalGeneration` (`GenaiType.architecture`:
+Qwen3-VL, Qwen2.5-VL or Qwen3.5): `config.json` (with
 `text_config`, `vision_config` and the special token ids), `*.safetensors` (+ the shard index) and the
 tokenizer (`tokenizer.json`, which genai's processor reads). `read` refuses, with one line naming the cause
 and the fix, a folder that is not such a checkpoint, one whose vision tower is not the one BUILD exported
@@ -22,11 +23,11 @@ import numpy as np
 from core.errors import UsageError
 from core.report import read_json_object
 from families import export_facts
+from release.genai_types import GenaiType
 from release.manifest import file_record
 
-ARCHITECTURE = "Qwen3VLForConditionalGeneration"
 INDEX = "model.safetensors.index.json"
-#: Where the token embedding lives in a Qwen3-VL state dict: transformers 5 layout first, then the older one.
+#: Where the token embedding lives in a Qwen VLM's state dict: transformers 5 layout first, then the older one.
 EMBED_NAMES = ("model.language_model.embed_tokens.weight", "model.embed_tokens.weight")
 #: The special tokens genai's Qwen processor writes into the prompt (their literal text), and the config key
 #: holding each one's id.
@@ -47,20 +48,20 @@ class Checkpoint:
         return int(self.config[key])
 
 
-def _config(folder: Path) -> dict:
+def _config(folder: Path, architecture: str) -> dict:
     if not folder.is_dir():
         raise UsageError(f"checkpoint {folder} is not a folder; give the save_pretrained folder of the full "
-                         f"{ARCHITECTURE} (config.json, *.safetensors, tokenizer.json)")
+                         f"{architecture} (config.json, *.safetensors, tokenizer.json)")
     path = folder / "config.json"
     if not path.is_file():
         raise UsageError(f"checkpoint {folder} has no config.json; give the save_pretrained folder of the full "
-                         f"{ARCHITECTURE}")
+                         f"{architecture}")
     config = read_json_object(path, "checkpoint file", "save the checkpoint again")
     architectures = config.get("architectures") or []
-    if ARCHITECTURE not in architectures:
+    if architecture not in architectures:
         raise UsageError(f"checkpoint {folder} is a {', '.join(architectures) or config.get('model_type', '?')} "
-                         f"checkpoint, not {ARCHITECTURE}: give the full Qwen3-VL checkpoint (the decoder and the "
-                         "token embedding come from it)")
+                         f"checkpoint, not {architecture}: give the full checkpoint BUILD's encoder was exported "
+                         "from (the decoder and the token embedding come from it)")
     for key in ("text_config", "vision_config", *VISION_TOKENS.values()):
         if key not in config:
             raise UsageError(f"checkpoint {path} lacks {key!r}; save the checkpoint again with transformers")
@@ -114,11 +115,11 @@ def _check_tokenizer(folder: Path, config: dict) -> None:
                              f"{config[key]}; the tokenizer is not this model's: save the model's own tokenizer")
 
 
-def read(checkpoint: str | Path, export: dict, metadata: dict) -> Checkpoint:
+def read(checkpoint: str | Path, export: dict, metadata: dict, kind: GenaiType) -> Checkpoint:
     """The checked checkpoint for a package of BUILD (`export`: its export report; `metadata`: the ONNX
-    metadata of the vision encoder that goes into the package)."""
+    metadata of the vision encoder that goes into the package; `kind`: the family's genai type)."""
     folder = Path(checkpoint)
-    config = _config(folder)
+    config = _config(folder, kind.architecture)
     _check_vision(config, metadata, folder / "config.json")
     _check_same_weights(folder, export)
     _check_tokenizer(folder, config)
@@ -150,8 +151,8 @@ def _shard(folder: Path, names: tuple[str, ...]) -> tuple[Path, str]:
             for name in names:
                 if name in header:
                     return file, name
-    raise UsageError(f"checkpoint {folder} has no tensor {' or '.join(names)}; is it a full "
-                     f"{ARCHITECTURE} checkpoint (not only its vision tower)?")
+    raise UsageError(f"checkpoint {folder} has no tensor {' or '.join(names)}; is it a full checkpoint of the "
+                     "vision-language model (not only its vision tower)?")
 
 
 def tensor(folder: str | Path, names: tuple[str, ...]) -> np.ndarray:

@@ -29,6 +29,7 @@ from pathlib import Path
 import onnx
 
 from core.errors import UsageError
+from core.onnx_io import write_json
 from core.progress import say
 from core.report import read_json_object
 from release.genai_config import CONFIG
@@ -66,7 +67,25 @@ def build(checkpoint: Path, out: Path, precision: str = "fp32") -> Path:
         lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
         last = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "no output")
         raise UsageError(f"genai's builder failed on {checkpoint} (exit {done.returncode}): {last.strip()}")
+    genai_tokenizer_class(out)
     return check(out, None)
+
+
+#: Tokenizer classes transformers saves that onnxruntime-genai 0.18's tokenizer does not know ("Unsupported
+#: tokenizer class"), and the class it runs the same tokenizer.json as: Qwen3.5's is Qwen2's byte-level BPE
+#: (its pre-tokenizer, kept in tokenizer.json, only also groups combining marks with letters).
+TOKENIZER_CLASSES = {"Qwen3_5Tokenizer": "Qwen2Tokenizer"}
+
+
+def genai_tokenizer_class(folder: Path) -> None:
+    """Rewrite FOLDER/tokenizer_config.json's `tokenizer_class` to one genai 0.18 loads (TOKENIZER_CLASSES)."""
+    path = folder / "tokenizer_config.json"
+    if not path.is_file():
+        return
+    config = read_json_object(path, "tokenizer config", "build the decoder again")
+    if config.get("tokenizer_class") in TOKENIZER_CLASSES:
+        config["tokenizer_class"] = TOKENIZER_CLASSES[config["tokenizer_class"]]
+        write_json(path, config)
 
 
 def check(folder: Path, hidden_size: int | None) -> Path:

@@ -1,6 +1,6 @@
 """The vision encoder of an onnxruntime-genai package: one of BUILD's encoders under genai's I/O names.
 
-genai 0.18's `qwen3_vl` pipeline feeds `pixel_values` float32 [num_patches, 1536] and `image_grid_thw` int64
+genai 0.18's Qwen pipelines feed `pixel_values` float32 [num_patches, 3*2*P*P] and `image_grid_thw` int64
 [num_images, 3] (its processor's output names) and reads one output, `image_features` [num_tokens,
 out_hidden]; its C++ pipeline has no DeepStack input. So the package's encoder is BUILD's with `grid_thw`
 renamed `image_grid_thw` and the DeepStack outputs (`deepstack_embeds_0..k-1`) removed, together with the
@@ -28,7 +28,7 @@ def write(model_file: Path, dest: Path) -> dict:
     model = onnx_io.load(model_file)
     names = [v.name for v in model.graph.inputs]
     if names != list(INPUTS):
-        raise UsageError(f"{model_file}: inputs {names}, expected {list(INPUTS)} (a Qwen3-VL vision encoder)")
+        raise UsageError(f"{model_file}: inputs {names}, expected {list(INPUTS)} (a Qwen vision encoder)")
     outputs = list(model.graph.outputs)
     if outputs[0].name != FEATURES:
         raise UsageError(f"{model_file}: first output is {outputs[0].name!r}, not {FEATURES!r}; re-export it")
