@@ -68,10 +68,10 @@ export: $(STAMP)
 # Check it with `python -m runtime verify dist/NAME`. GENAI=1 CHECKPOINT=DIR (the checkpoint `make export` read)
 # also writes dist/MODEL-genai/, the folder onnxruntime-genai 0.18.0 loads (docs/genai.md).
 package: $(STAMP)
-	$(if $(GENAI),$(if $(CHECKPOINT),,$(error GENAI=1 needs CHECKPOINT=DIR, the full Qwen3-VL checkpoint the export read)))
+	$(if $(GENAI),$(if $(CHECKPOINT),,$(error GENAI=1 needs CHECKPOINT=DIR, the full checkpoint the export read (Qwen3-VL, Qwen2.5-VL or Qwen3.5))))
 	$(if $(SPEED),$(PY) -m release speed $(BUILD))
 	$(PY) -m release package $(BUILD) --dist dist
-	$(if $(GENAI),$(PY) -m release genai $(BUILD) --checkpoint $(CHECKPOINT) --out dist/$(MODEL)-genai)
+	$(if $(GENAI),$(PY) -m release genai $(BUILD) --checkpoint $(CHECKPOINT) --out dist/$(notdir $(BUILD))-genai)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
