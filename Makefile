@@ -29,6 +29,11 @@ INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 72
 # the only INT4 point meeting every floor. Re-timed 19:40-19:46 (bench/results/sweep-phi-4-mm.md): 1.67x fp32,
 # 25.9% of its bytes (the INT8 variant, 2.39x and 25.5%, is as small).
 INT4_FLAGS_phi-4-mm ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 144
+# Qwen2.5-VL-3B at published dims (Intel Xeon with AMX, sweep of 2026-11-26 05:31-05:53, bench/results/sweep-qwen2.5-vl-3b.md;
+# docs/quantization.md): with 72 of its 162 MatMuls at 8 bits INT4 reaches 0.92743 and with 112 0.95570; 150 reach
+# 0.98984 (stress 0.99386, 25.2% of fp32, 1.29x: the speed floor is missed). Its INT8 keeps INT8_FLAGS (4.57x,
+# 0.98463: the 0.998 floor is missed; the only INT8 point reaching it, nbits, is slower than fp32 on that CPU).
+INT4_FLAGS_qwen2.5-vl ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 150
 # What `make export MODEL=...` runs for variable $1 (INT8_FLAGS, INT4_FLAGS): $1 when given on the command line,
 # else the model's own $1_MODEL where set, else its base name's $1_BASE (MODEL without its last -part: qwen2.5-vl-3b
 # and qwen2.5-vl-tiny -> qwen2.5-vl), else $1. bench.shipped.makefile_flags reads them the same way.
