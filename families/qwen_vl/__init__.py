@@ -87,4 +87,3 @@ def make_family(generation: Generation) -> Family:
 
 FAMILIES: dict[str, Family] = {name: make_family(g) for name, g in GENERATIONS.items()}
 QWEN2_VL, QWEN2_5_VL, QWEN3_VL, QWEN3_5 = (FAMILIES[n] for n in ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3.5"))
-FAMILY = QWEN3_VL
