@@ -2,10 +2,10 @@
 
 The torch-free side (I/O contract, layouts, passes, release and processing facts) is the family's
 declared object in `families/` (`families.base.Family`); its `builder` names the module holding the
-functions below (`builders.phi4_mm.family`), or `module:NAME`, an entry of that module's `BUILDERS` (the Qwen
-generations share one: `builders.qwen_vl.family:qwen2.5-vl`); `load` resolves either. The registry
-`families.FAMILIES` is the only one. Generic code passes inputs as `{name: array}` in the I/O contract's input order, never as
-positional model-specific tuples.
+functions below (`builders.phi4_mm.family`), or `module:NAME`, an entry of that module's `BUILDERS` (the
+Qwen generations share one: `builders.qwen_vl.family:qwen2.5-vl`); `load` resolves either. The registry
+`families.FAMILIES` is the only one. Generic code passes inputs as `{name: array}` in the I/O contract's
+input order, never as positional model-specific tuples.
 An *example* is whatever the family exports and validates around (Qwen3-VL: a grid_thw array;
 Phi-4-multimodal: a list of image sizes); generic code only hands it back to the family.
 """

@@ -1,1 +1,1 @@
-"""Qwen3-VL vision encoder: grid math, export patcher, model building, validation layouts."""
+"""The Qwen vision encoders, every generation: grid math, export patcher, model building, validation layouts."""

@@ -1,13 +1,14 @@
 """Attention per frame segment: one torch op, one ONNX lowering shared by both exporters.
 
 Decision: the segment structure enters at export. The patched attention calls the torch custom op
-`vlm_vision::segment_attention(query, key, value, grid_thw, num_heads, scale)`; both exporters lower
+`vlm_vision::segment_attention(query, key, value, grid_thw, num_heads, scale, window)`; both exporters lower
 that op to the same ONNX function, `SEGMENT_ATTENTION` below (TorchScript through a registered symbolic
 that emits it as a model-local function, torch.export through `custom_translation_table`; the
-export inlines it, so both paths ship the same nodes). The function derives the frame boundaries
-from `grid_thw` inside the graph and runs a `Loop` over the frames, each step one
-`com.microsoft.MultiHeadAttention` without mask or bias on that frame's rows, collected in a
-sequence and concatenated. Why:
+export inlines it, so both paths ship the same nodes). The function derives the segment boundaries
+from `grid_thw` inside the graph (frames, or with `window` > 0 the windows of window x window patches of
+each frame, cut at its bottom and right edges: Qwen2.5-VL's window blocks, on the window-ordered sequence)
+and runs a `Loop` over the segments, each step one `com.microsoft.MultiHeadAttention` without mask or bias
+on that segment's rows, collected in a sequence and concatenated. Why:
   * no tensor of size N x N exists anywhere, in the exported graph or the optimized one (the former
     packed form built a [1, 1, N, N] block-diagonal bias and [1, H, N, N] scores: 4,096 patches
     peaked at 3.1 GB, 16,384 did not fit in 20 GB);
@@ -18,7 +19,8 @@ sequence and concatenated. Why:
     and unfused standard ops inside the Loop would still build frame x frame scores, i.e. N x N
     for one large image: the export stage itself must run the sizes the model accepts. The price is
     an ORT contrib op in the exported graph (the pipeline targets ONNX Runtime throughout).
-`bench/attention_ops.py` measures the alternatives (ONNX `Attention` of opset 23, the old bias form).
+`bench/attention_ops.py` measures the alternatives (ONNX `Attention` of opset 23, the old bias form);
+`bench/window_attention.py` the windows against padded windows batched with a key mask.
 
 Shapes: query, key, value float32 [1, N, H*D] (rotary already applied), grid_thw int64 [I, 3]
 (t, h, w per image, patches laid out image after image, frame after frame) -> [1, N, H*D].

@@ -1,9 +1,9 @@
-"""The Qwen3-VL vision encoder's I/O contract and the checks that enforce it (numpy only).
+"""The Qwen vision encoders' I/O contract (every generation) and the checks that enforce it (numpy only).
 
-Inputs:  pixel_values float32 [num_patches, C*Tp*P*P] (1536 for 3 x 2 x 16 x 16),
+Inputs:  pixel_values float32 [num_patches, C*Tp*P*P] (1536 for 3 x 2 x 16 x 16, 1176 for 3 x 2 x 14 x 14),
          grid_thw     int64   [num_images, 3] (t, h, w in patches; h, w multiples of the merge size).
 Outputs: image_features [num_tokens, out_hidden] (`families.base.FEATURES`, the name transformers.js and
-         onnxruntime-genai read), then deepstack_embeds_0..k-1 [num_tokens, out_hidden],
+         onnxruntime-genai read), then (Qwen3-VL) deepstack_embeds_0..k-1 [num_tokens, out_hidden],
          num_tokens = sum(t*h*w) / merge**2.
 """
 
