@@ -117,12 +117,9 @@ def family_of(checkpoint: str) -> tuple[str, Path]:
     it names none this exporter knows (`families.MODEL_TYPES`)."""
     from families import MODEL_TYPES
 
-    folder = resolve_checkpoint(checkpoint, ())
-    config_path = folder / "config.json"
-    if not config_path.exists():
-        raise UsageError(f"checkpoint folder {folder} has no config.json")
-    model_type = read_config_json(config_path).get("model_type")
+    folder, config = checkpoint_config(checkpoint, ())
+    model_type = config.get("model_type")
     if model_type not in MODEL_TYPES:
-        raise UsageError(f"checkpoint {config_path} has model_type {model_type!r}; this exporter takes "
+        raise UsageError(f"checkpoint {folder / 'config.json'} has model_type {model_type!r}; this exporter takes "
                          f"{', '.join(sorted(MODEL_TYPES))}")
     return MODEL_TYPES[model_type], folder

@@ -92,19 +92,20 @@ def model(dims: str, tok: Qwen2Tokenizer, seed: int, family: str = "qwen3-vl"):
     ids = {key: tok.convert_tokens_to_ids(token) for key, token in (
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
-    text = {**TEXT[dims], "eos_token_id": tok.convert_tokens_to_ids("<|im_end|>"), "pad_token_id": tok.pad_token_id,
-            "bos_token_id": None}
-    tied = text.pop("tie_word_embeddings", False)
+    special = {"eos_token_id": tok.convert_tokens_to_ids("<|im_end|>"), "pad_token_id": tok.pad_token_id,
+               "bos_token_id": None}
     if family != "qwen3-vl":
         from transformers import AutoModelForImageTextToText
 
         vision_name, text_dims = FAMILY_TINY[family]
         generation = GENERATIONS[family]
         config = generation.model_config_class()(
-            vision_config=load_config(vision_name).vision, text_config={**text, **text_dims}, **ids)
-        config.architectures = [type(config).__name__.removesuffix("Config") + "ForConditionalGeneration"]
+            vision_config=load_config(vision_name).vision, text_config={**text_dims, **special}, **ids)
+        config.architectures = [generation.architecture]
         torch.manual_seed(seed)
         return AutoModelForImageTextToText.from_config(config).eval().float()
+    text = {**TEXT[dims], **special}
+    tied = text.pop("tie_word_embeddings", False)
     config = Qwen3VLConfig(vision_config=load_config(VISION[dims]).vision, text_config=text, tie_word_embeddings=tied,
                            **ids)
     torch.manual_seed(seed)

@@ -180,7 +180,7 @@ def genai(build: str | Path, checkpoint: str | Path, out: str | Path, decoder: s
                         "precision": None if decoder is not None else precision},
             "deepstack": ("dropped: onnxruntime-genai's qwen3_vl pipeline feeds the decoder inputs_embeds only, "
                           "so the DeepStack features are not added to its first layers (docs/genai.md)")
-                         if kind.drops_deepstack else "none: the model has no DeepStack",
+                         if vision["dropped_outputs"] else "none: the model has no DeepStack",
             "load_check": check, **report_mod.footer(timings)})
     dropped = f"; DeepStack dropped ({', '.join(vision['dropped_outputs'])})" if vision["dropped_outputs"] else ""
     say(f"wrote {out}/: onnxruntime-genai {og.__version__} loads it as {kind.type} (og.Model){dropped}")

@@ -12,28 +12,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from families.qwen_vl.generations import GENERATIONS
+
 
 @dataclass(frozen=True)
 class GenaiType:
-    """One family's genai package: `type` (genai_config.json `model.type`), the checkpoint `architecture` it is
-    made from, the onnxruntime-extensions `processor` name and its Normalize flags (`normalize`: genai's
-    processor computes the transformers processor's values only with them), and whether the encoder's DeepStack
-    outputs are dropped (genai feeds its decoder inputs_embeds only)."""
+    """One family's genai package: `type` (genai_config.json `model.type`), the onnxruntime-extensions
+    `processor` name and its Normalize flags (`normalize`: genai's processor computes the transformers
+    processor's values only with them). The checkpoint it is made from is the generation's `architecture`."""
 
     family: str
     type: str
-    architecture: str
     processor: str
     normalize: dict = field(default_factory=dict)
-    drops_deepstack: bool = False
+
+    @property
+    def architecture(self) -> str:
+        return GENERATIONS[self.family].architecture
 
 
 TYPES: dict[str, GenaiType] = {t.family: t for t in (
-    GenaiType("qwen3-vl", "qwen3_vl", "Qwen3VLForConditionalGeneration", "qwen3_vl_image_processor",
-              {"qwen3_vl": 1}, drops_deepstack=True),
-    GenaiType("qwen2.5-vl", "qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2_5_image_processor",
-              {"qwen2_5_vl": 1}),
-    GenaiType("qwen3.5", "qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_vl_image_processor", {"qwen3_vl": 1}),
+    GenaiType("qwen3-vl", "qwen3_vl", "qwen3_vl_image_processor", {"qwen3_vl": 1}),
+    GenaiType("qwen2.5-vl", "qwen2_5_vl", "qwen2_5_image_processor", {"qwen2_5_vl": 1}),
+    GenaiType("qwen3.5", "qwen3_5", "qwen3_vl_image_processor", {"qwen3_vl": 1}),
 )}
 #: Why each other family gets no genai package (one line, exit 2).
 NOT_MADE = {

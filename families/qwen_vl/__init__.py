@@ -16,7 +16,7 @@ import json
 import numpy as np
 
 from families.base import Family, Inputs, Metadata, Processing, Release
-from families.qwen_vl import contract, layouts, processing, release
+from families.qwen_vl import contract, generations, layouts, processing, release
 from families.qwen_vl.generations import GENERATIONS, Generation
 
 METADATA_KEYS = ("family", "export_grid_thw", "export_num_patches", "export_num_tokens", "spatial_merge_size",
@@ -86,4 +86,5 @@ def make_family(generation: Generation) -> Family:
 
 
 FAMILIES: dict[str, Family] = {name: make_family(g) for name, g in GENERATIONS.items()}
-QWEN2_VL, QWEN2_5_VL, QWEN3_VL, QWEN3_5 = (FAMILIES[n] for n in ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3.5"))
+QWEN2_VL, QWEN2_5_VL, QWEN3_VL, QWEN3_5 = (FAMILIES[g.family] for g in (generations.QWEN2_VL, generations.QWEN2_5_VL,
+                                                                        generations.QWEN3_VL, generations.QWEN3_5))

@@ -57,6 +57,12 @@ class Generation:
         return CONFIG_MAPPING[self.model_type]
 
     @property
+    def architecture(self) -> str:
+        """The whole model's class name, a checkpoint's config.json `architectures` entry
+        (`Qwen2_5_VLForConditionalGeneration`)."""
+        return self.model_config_class().__name__.removesuffix("Config") + "ForConditionalGeneration"
+
+    @property
     def patch(self) -> int:
         return self.processor["patch_size"]
 

@@ -47,7 +47,7 @@ def config_writer(generation: Generation):
             "patch_dim": patch_dim,
             "deepstack_visual_indexes": json.dumps(list(getattr(vision, "deepstack_visual_indexes", []))),
         }, metadata, source)
-        config.architectures = [model_class.__name__.removesuffix("Config") + "ForConditionalGeneration"]
+        config.architectures = [generation.architecture]
         config.save_pretrained(dest)
         return export_facts.read_json(dest / "config.json")
 
