@@ -51,7 +51,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[export,dev,ray,genai]'
+	$(PY) -m pip install -q -e '.[export,dev,ray,genai,openvino]'
 	touch $(STAMP)
 
 # export -> surgery (the family's checks: Qwen3-VL debake + audit + claims, Phi-4-multimodal claims) -> optimize
@@ -97,7 +97,7 @@ bench: $(STAMP)
 bench-export: $(STAMP)
 	$(PY) -m bench.export_bench --model $(MODEL) --int8-flags "$(int8_flags)" --int4-flags "$(int4_flags)"
 
-# Throughput of `python -m runtime embed-collection` (images/s: --engine local with 1 and 2 threads, Ray with 1 and 2
+# Throughput of `python -m runtime embed-collection` (images/s: --scheduler local with 1 and 2 threads, Ray with 1 and 2
 # actors) and its peak memory at 200 and 2,000 inputs, on the package dist/NAME of `make package`:
 # bench/results/collection.md. PACKAGE=dist/qwen3-vl-tiny for a quick run.
 PACKAGE ?= dist/qwen3-vl-2b

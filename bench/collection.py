@@ -4,14 +4,14 @@ Photos: the real photographs of `runtime.sample_photos.PHOTOS` (skimage.data), r
 640x480, both orientations; PNG and JPEG), `--images` of them.
 
 Throughput (images/s), in this process, interleaved: `--reps` rounds, each running every configuration once on
-the same photos into a fresh OUT (parts written as by the command): `--engine local` with 1 and 2 ONNX Runtime
+the same photos into a fresh OUT (parts written as by the command): `--scheduler local` with 1 and 2 ONNX Runtime
 threads, and Ray (one local cluster started once for the run, `runtime.collection_ray.cluster`) with 1 and with 2
 actors of 1 thread each. Two figures per run: *steady*, the images in the parts after the one that completes
 `WARM` of them, over the time from that part to the last (what a long collection sees: no start-up; Ray hands
 over the first parts in a burst once its pool is up, so the first part alone is no clean start), and *end to
 end*, every image over the whole call (with the session or actor-pool start). Medians over the rounds; the ratios compare medians of one run.
 
-Memory: the command itself (`python -m runtime embed-collection ... --engine E`) in a child process on `--counts`
+Memory: the command itself (`python -m runtime embed-collection ... --scheduler E`) in a child process on `--counts`
 inputs (symbolic links to the photos), the peak over the run of the summed proportional set size (PSS,
 /proc/PID/smaps_rollup, sampled every `SAMPLE_S` s) of the child and every process under it: the driver, and
 with Ray the cluster it starts and its workers (shared pages, e.g. the object store, counted once).
@@ -152,7 +152,7 @@ def tree_pss_mib(root: int) -> float:
 def memory_point(package: Path, variant: str, inputs: Path, engine: str, batch: int, out: Path) -> dict:
     """The command in a child process: {exit, wall_s, peak_pss_mib} of its process tree."""
     command = [sys.executable, "-m", "runtime", "embed-collection", str(package), str(inputs), str(out),
-               "--variant", variant, "--engine", engine, "--batch", str(batch)]
+               "--variant", variant, "--scheduler", engine, "--batch", str(batch)]
     start = time.perf_counter()
     child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = 0.0
@@ -172,7 +172,7 @@ def memory(package: Path, variant: str, photos: list[Path], counts: list[int], b
         for engine in ("local", "ray"):
             record = memory_point(package, variant, inputs, engine, batch, work_dir / f"mem-{engine}-{count}")
             points.append({"images": count, "engine": engine, **record})
-            print(f"[bench.collection] {count} images, --engine {engine}: peak {record['peak_pss_mib']:.0f} MiB, "
+            print(f"[bench.collection] {count} images, --scheduler {engine}: peak {record['peak_pss_mib']:.0f} MiB, "
                   f"{record['wall_s']:.0f} s", flush=True)
     return points
 
@@ -216,7 +216,7 @@ def markdown(result: dict) -> str:
               target_row("Ray 2x1 / local 2 threads", r["ray2_over_local2"], TARGETS["ray_over_local"])]
     for engine in ("local", "ray"):
         if f"memory_growth_{engine}" in r:
-            lines.append(target_row(f"peak memory --engine {engine}, {result['counts'][-1]} / "
+            lines.append(target_row(f"peak memory --scheduler {engine}, {result['counts'][-1]} / "
                                     f"{result['counts'][0]} images", r[f"memory_growth_{engine}"],
                                     TARGETS["memory_growth"], at_least=False))
     if result["memory"]:

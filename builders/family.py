@@ -39,8 +39,10 @@ class Family(Protocol):
     def io_spec(self, module: torch.nn.Module) -> IOSpec:
         """Input and output names, symbolic dims (only where they really vary)."""
 
-    def export_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """The module the exporters trace: forward(*inputs in io_spec order) -> outputs in order."""
+    def export_module(self, module: torch.nn.Module, ops: str = "contrib") -> torch.nn.Module:
+        """The module the exporters trace: forward(*inputs in io_spec order) -> outputs in order. `ops`
+        (`--ops`: contrib | standard): the graph the export is lowered to afterwards, for a family whose
+        traced form depends on it (the Qwen segment attention's step size)."""
 
     def example_inputs(self, module: torch.nn.Module, example: Any, seed: int) -> dict[str, torch.Tensor]:
         """Random inputs of the example, by input name."""

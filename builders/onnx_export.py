@@ -316,3 +316,26 @@ def set_metadata(model: onnx.ModelProto, metadata: dict[str, str]) -> None:
     for key, value in metadata.items():
         prop = existing.get(key) or model.metadata_props.add()
         prop.key, prop.value = key, str(value)
+
+
+#: `--ops`: contrib keeps ONNX Runtime's com.microsoft ops where the export has them (faster there); standard
+#: lowers them to ai.onnx ops (quantize/passes/standard_attention.py) for every other runtime.
+OPS = ("contrib", "standard")
+
+
+def lower_to_standard(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its com.microsoft MultiHeadAttention nodes (Loop bodies included) lowered to standard ops;
+    UsageError naming what is left when an op outside ai.onnx remains."""
+    import onnx_ir as ir
+
+    from quantize.passes import standard_attention
+
+    graph = ir.serde.deserialize_model(model)
+    refused: dict[str, str] = {}
+    standard_attention.apply(graph, refused)
+    left = sorted({f"{n.domain}.{n.op_type}" for n in ir.traversal.RecursiveGraphIterator(graph.graph)
+                   if n.domain not in ("", "ai.onnx")})
+    if left:
+        reasons = "; ".join(f"{name}: {why}" for name, why in refused.items())
+        raise UsageError(f"--ops standard: the export keeps {', '.join(left)}" + (f" ({reasons})" if reasons else ""))
+    return ir.serde.serialize_model(graph)

@@ -49,6 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "Dim.AUTO on every input dim, the dims torch specialised reported, refused when one the "
                              f"contract needs dynamic was (default {onnx_export.DEFAULT_DYNAMIC_SHAPES})")
     parser.add_argument("--opset", type=int, help="ONNX opset (default: the config's)")
+    parser.add_argument("--ops", choices=onnx_export.OPS, default="contrib",
+                        help="contrib (default): ONNX Runtime's com.microsoft MultiHeadAttention where it is faster; "
+                             "standard: ai.onnx ops only, for OpenVINO, the ONNX reference evaluator and runtimes "
+                             "without Microsoft's contrib ops (docs/runtimes.md)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
     parser.add_argument("--example-grid", action="append", metavar="T,H,W",
                         help="an image of the export example, repeatable (default: the config's)")
@@ -130,14 +134,17 @@ def export(args: argparse.Namespace) -> int:
     inputs = fam.example_inputs(module, example, args.seed)
 
     with step(f"export through {exporter} (opset {opset}, example {shown})", timings, "export"):
-        model = export_fn(fam.export_module(module), tuple(inputs[n] for n in spec.input_names), spec, opset)
+        model = export_fn(fam.export_module(module, args.ops), tuple(inputs[n] for n in spec.input_names), spec,
+                          opset)
+    if args.ops == "standard":
+        model = onnx_export.lower_to_standard(model)
     peak_export = reports.peak_rss_mib()
     if shapes.get("mode") == "auto":
         say(f"Dim.AUTO: torch specialised {', '.join(shapes['specialised']) or 'no input dim'}; kept symbolic "
             + ", ".join(f"{d['input']}[{d['axis']}]" for d in shapes["dims"] if d["torch"].startswith("symbolic")))
     onnx_export.name_io_dims(model, spec)
     onnx_export.set_metadata(model, {
-        "model": config.name, "exporter": exporter, "weights": origin["weights"],
+        "model": config.name, "exporter": exporter, "ops": args.ops, "weights": origin["weights"],
         **({"seed": args.seed} if origin["weights"] == "random" else {}), **fam.metadata(module, example),
     })
 
@@ -163,6 +170,7 @@ def export(args: argparse.Namespace) -> int:
             "family": config.family,
             **origin,
             "exporter": exporter,
+            "ops": args.ops,
             **({"dynamic_shapes": shapes} if shapes else {}),
             "opset": opset,
             "example": json.loads(shown),

@@ -1,12 +1,13 @@
 """`python -m runtime embed-collection PACKAGE INPUT OUT`: embeddings of a whole image collection into a
-Parquet dataset folder, resumable, on Ray Data (`--engine ray`, `runtime/collection_ray.py`) or in this
-process (`--engine local`), without torch.
+Parquet dataset folder, resumable, on Ray Data (`--scheduler ray`, `runtime/collection_ray.py`) or in this
+process (`--scheduler local`), without torch.
 
 INPUT (a folder, a glob, or a .parquet/.csv list with a `path` column) and OUT (`part-*.parquet` rows plus
 `_collection.json`) are described in `runtime/collection_io.py`. The listing is split, in order, into chunks
-of `--batch` entries; a chunk is the unit of work of an engine (one Ray task on an actor) and becomes one part
-when it is done. Both engines make the same chunks and the same packs from the same pending list, and one
-`Embedder` turns each chunk into rows, so their outputs are the same bits.
+of `--batch` entries; a chunk is the unit of work of a scheduler (one Ray task on an actor) and becomes one part
+when it is done. Both schedulers make the same chunks and the same packs from the same pending list, and one
+`Embedder` turns each chunk into rows, so their outputs are the same bits. `--engine onnxruntime|openvino`
+(`core.engine`) is the runtime of each session, under either scheduler.
 
 Packing (`Embedder.rows`): every entry is read (`runtime.images.load_rgb`) and preprocessed alone first
 (`Processing.embed_pack` on that entry: its token count; a corrupt file, or a size the processor refuses,
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from core import console, session
+from core import engine as engines
 from core.errors import UsageError
 from core.progress import say
 from families import family
@@ -44,7 +46,7 @@ from runtime.progress_bar import Bar
 from runtime.verify import sha256
 
 TAG = "embed-collection"
-ENGINES = ("ray", "local")
+SCHEDULERS = ("ray", "local")
 BATCH = 16  # entries per chunk: one Ray task, one part
 MAX_TOKENS = 1024  # per encoder call (Qwen3-VL: 4,096 patches, about five 448x448 images)
 
@@ -66,19 +68,20 @@ class Prepared:
 
 
 class Embedder:
-    """One ONNX Runtime session of a package variant (`threads` intra-op); `rows` embeds one chunk.
+    """One session of a package variant (`engine`: ONNX Runtime or OpenVINO; `threads` intra-op); `rows` embeds
+    one chunk.
 
     `folder`: the unpacked package; `columns`: 'embedding' (the first output, image_features
     [tokens, hidden]) then the DeepStack output names to keep (each [tokens, hidden])."""
 
     def __init__(self, folder: str, variant: str, threads: int | None, max_tokens: int, columns: list[str],
-                 checksum: str):
+                 checksum: str, engine: engines.Engine = engines.Engine()):
         self.folder = Path(folder)
         manifest = embed.read_manifest(self.folder)
         self.family = manifest["family"]
         self.processing = family(self.family).processing
         self.model = embed.model_file(self.folder, manifest, variant)
-        self.session = session.open_session(self.model, threads)
+        self.session = engine.open(self.model, threads)
         self.outputs = session.output_names(self.session)[: len(columns)]
         self.variant, self.max_tokens, self.columns, self.checksum = variant, max_tokens, columns, checksum
 
@@ -165,7 +168,7 @@ def run_local(work: list, settings: dict, write) -> None:
         write(embedder.rows(paths, files))
 
 
-def default_engine() -> str:
+def default_scheduler() -> str:
     from runtime import collection_ray
 
     return "ray" if collection_ray.available() else "local"
@@ -177,7 +180,9 @@ def add_arguments(parser) -> None:
                                                        "a `path` column (a folder row is one video of its frames)")
     parser.add_argument("out", type=Path, metavar="OUT", help="Parquet dataset folder (new, or an earlier OUT to resume)")
     parser.add_argument("--variant", default="fp32", help="fp32 (default) or a quantized variant: q4, int8, ...")
-    parser.add_argument("--engine", choices=ENGINES, help="ray (default when ray is installed) or local")
+    parser.add_argument("--scheduler", choices=SCHEDULERS, help="ray (default when ray is installed) or local")
+    engines.add_arguments(parser, SCHEDULERS, "; ray and local are taken as --scheduler (their flag before "
+                                              "2026-11-26)")
     parser.add_argument("--address", help="an existing Ray cluster (HOST:PORT of its head, or `auto`); default: a "
                                           "local cluster started for the run")
     parser.add_argument("--actors", type=int, help="Ray: sessions in the actor pool (default: CPUs // threads)")
@@ -196,8 +201,10 @@ def _check_numbers(args) -> None:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if args.engine == "local" and (args.address or args.actors):
-        raise UsageError("--address and --actors are for --engine ray; drop them or use --engine ray")
+    if args.engine in SCHEDULERS:  # the flag's former meaning
+        args.scheduler, args.engine = args.scheduler or args.engine, "onnxruntime"
+    if args.scheduler == "local" and (args.address or args.actors):
+        raise UsageError("--address and --actors are for --scheduler ray; drop them or use --scheduler ray")
 
 
 class Writer:
@@ -238,9 +245,9 @@ def run(args) -> int:
     from runtime import collection_ray
 
     _check_numbers(args)
-    engine = args.engine or default_engine()
-    if engine == "ray" and not collection_ray.available():
-        raise UsageError("--engine ray needs ray: pip install '.[ray]' (or use --engine local)")
+    scheduler = args.scheduler or default_scheduler()
+    if scheduler == "ray" and not collection_ray.available():
+        raise UsageError("--scheduler ray needs ray: pip install '.[ray]' (or use --scheduler local)")
     collection_io.pyarrow_modules()
     with unpack.opened(args.package) as folder:
         manifest = embed.read_manifest(folder)
@@ -255,10 +262,11 @@ def run(args) -> int:
         if not todo:
             return summary(args.out, len(done), old_errors)
         settings = {"folder": str(folder), "variant": args.variant, "max_tokens": args.max_tokens,
-                    "columns": meta["columns"], "checksum": meta["checksum"], "threads": args.threads}
+                    "columns": meta["columns"], "checksum": meta["checksum"], "threads": args.threads,
+                    "engine": engines.from_args(args)}
         work, write = chunks(todo, args.batch), Writer(out, meta, len(todo))
         try:
-            if engine == "local":
+            if scheduler == "local":
                 write.start()
                 run_local(work, settings, write)
             else:

@@ -1,4 +1,4 @@
-"""`embed-collection --engine ray`: the chunks on Ray Data, an actor pool with one ONNX Runtime session each.
+"""`embed-collection --scheduler ray`: the chunks on Ray Data, an actor pool with one ONNX Runtime session each.
 
 Cluster: a local one started for the run (`ray.init` with this machine's CPUs, no dashboard, usage statistics
 off: nothing reaches the network; about 3 s), or an existing one with `--address HOST:PORT` (the head's address

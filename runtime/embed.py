@@ -20,7 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from core import engine as engines
 from core import session
+from core.engine import Engine
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.report import read_json_object
@@ -110,8 +112,8 @@ def _earlier_result(path: Path) -> bool:
 
 
 def embed(image_args: list[str], video_args: list[str], package: Path, variant: str, out: Path,
-          threads: int | None = None, force: bool = False) -> dict[str, np.ndarray]:
-    """Preprocess, run and write OUT.npz; returns what was written."""
+          threads: int | None = None, force: bool = False, engine: Engine = Engine()) -> dict[str, np.ndarray]:
+    """Preprocess, run (on `engine`) and write OUT.npz; returns what was written."""
     image_paths = images.expand(image_args)
     frame_paths = images.expand(video_args)
     if not image_paths and not frame_paths:
@@ -126,10 +128,10 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
             pack = family(family_name).processing.embed_pack(
                 folder, list(zip(image_paths, load_images(image_paths))),
                 list(zip(frame_paths, load_images(frame_paths, "video frames"))))
-        sess = session.open_session(model, threads)
+        sess = engine.open(model, threads)
         feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
         with step(f"run {model.relative_to(folder)} on {len(pack.names)} entries "
-                  f"({sum(pack.tokens)} tokens)", tag=TAG):
+                  f"({sum(pack.tokens)} tokens, {engine.describe()})", tag=TAG):
             outputs = session.run(sess, feeds)
     result = split(outputs, pack)
     with staged_file(out) as tmp:
@@ -144,8 +146,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--video", nargs="+", default=[], metavar="FRAME",
                         help="one video: its frame files in order, or a folder of frames (Qwen3-VL)")
     parser.add_argument("--out", type=Path, required=True, help="FILE.npz")
-    parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    parser.add_argument("--threads", type=int, help="intra-op threads (default: all cores)")
     parser.add_argument("--force", action="store_true", help="replace an existing OUT that is not an earlier result")
+    engines.add_arguments(parser)
 
 
 FACTS = ("source", "grid_thw", "image_size", "num_crops")
@@ -168,7 +171,8 @@ def run(args) -> int:
     """The `embed` subcommand: print one line per entry, then what was written."""
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force)
+    result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force,
+                   engines.from_args(args))
     entries = [str(e) for e in result["entries"]]
     for entry in entries:
         print(describe(result, entry))

@@ -1,8 +1,8 @@
 """`python -m runtime embed-collection` on 50 real photos of ten sizes plus one corrupt file, from the tiny Qwen3-VL
 package (tests/test_embed.py's `qwen_dist`).
 
-What is bit-equal to what: every image's `embedding` and DeepStack features from `--engine ray` (2 actors on a
-2-CPU Ray cluster, packs of several images) are the same float32 bits as from `--engine local` (one session in
+What is bit-equal to what: every image's `embedding` and DeepStack features from `--scheduler ray` (2 actors on a
+2-CPU Ray cluster, packs of several images) are the same float32 bits as from `--scheduler local` (one session in
 this process, same chunks and packs) and as `python -m runtime embed IMAGE` run on that image alone (a pack of
 one). The last holds because ONNX Runtime's outputs for an image do not depend on the other images of the pack
 (measured: tiny package, ORT 1.31.1, 1-3 threads; `test_chunks_are_packed_up_to_the_budget` proves the packs
@@ -36,7 +36,7 @@ from tests.test_embed import QWEN, qwen_dist  # noqa: F401 -- qwen_dist: a fixtu
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 pa = pytest.importorskip("pyarrow", reason="embed-collection needs the ray extra (pyarrow, ray)")
 pq = pytest.importorskip("pyarrow.parquet")
-pytest.importorskip("ray", reason="embed-collection --engine ray needs the ray extra")
+pytest.importorskip("ray", reason="embed-collection --scheduler ray needs the ray extra")
 
 ROOT = Path(__file__).resolve().parents[1]
 HELPER = """
@@ -110,9 +110,9 @@ def images_of(folder: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def local_out(package, photos, tmp_path_factory) -> Path:
-    """OUT of `--engine local` on the folder (with DeepStack): the reference of the other runs."""
+    """OUT of `--scheduler local` on the folder (with DeepStack): the reference of the other runs."""
     out = tmp_path_factory.mktemp("local") / "out"
-    code = runtime_cli.main(["embed-collection", str(package), str(photos), str(out), "--engine", "local",
+    code = runtime_cli.main(["embed-collection", str(package), str(photos), str(out), "--scheduler", "local",
                              "--threads", "1", "--batch", "4", "--deepstack"])
     assert code == 1  # the broken file
     return out
@@ -158,7 +158,7 @@ def test_chunks_are_packed_up_to_the_budget(package, photos, monkeypatch):
 
 def test_ray_equals_local_equals_single_image_embed(package, photos, local_out, ray_head, tmp_path, capsys):
     out = tmp_path / "ray"
-    code, stdout, stderr = run([package, photos, out, "--engine", "ray", "--address", ray_head, "--actors", 2,
+    code, stdout, stderr = run([package, photos, out, "--scheduler", "ray", "--address", ray_head, "--actors", 2,
                                 "--threads", 1, "--batch", 4, "--deepstack"], capsys)
     assert code == 1 and "51 rows, 50 ok, 1 error" in stdout
     assert "51/51 images, 1 error" in stderr and "images/s" in stderr  # the progress bar's last line
@@ -184,11 +184,11 @@ def test_ray_equals_local_equals_single_image_embed(package, photos, local_out, 
 
 
 def test_killed_run_resumes_without_duplicates(package, photos, local_out, ray_head, tmp_path, capsys):
-    """SIGKILL the command (`--engine local`: its own process does all the work) once parts appear; a rerun on the
+    """SIGKILL the command (`--scheduler local`: its own process does all the work) once parts appear; a rerun on the
     Ray cluster finishes it: each path once, the same bits as the uninterrupted local run."""
     out = tmp_path / "out"
     command = [sys.executable, "-m", "runtime", "embed-collection", str(package), str(photos), str(out),
-               "--engine", "local", "--threads", "1", "--batch", "2"]
+               "--scheduler", "local", "--threads", "1", "--batch", "2"]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -210,7 +210,7 @@ def test_killed_run_resumes_without_duplicates(package, photos, local_out, ray_h
     for path, row in resumed.items():
         if row["status"] == "ok":
             np.testing.assert_array_equal(features(row), features(local_rows[path]))
-    code, stdout, stderr = run([package, photos, out, "--engine", "local"], capsys)  # done: nothing to run
+    code, stdout, stderr = run([package, photos, out, "--scheduler", "local"], capsys)  # done: nothing to run
     assert code == 1 and "OUT already holds 51 entries; 0 to go" in stderr and len(pq.read_table(out)) == 51
 
 
@@ -235,9 +235,9 @@ def test_lists_on_a_cluster_started_for_the_run(package, photos, local_out, tmp_
     assert len([f for f in frames if f.parent == video]) == 4
 
     (tmp_path / "list.csv").write_text("label,path\n" + "".join(f"{i},{p}\n" for i, p in enumerate(listed[:3])))
-    code, stdout, _ = run([package, tmp_path / "list.csv", tmp_path / "from-csv", "--engine", "local"], capsys)
+    code, stdout, _ = run([package, tmp_path / "list.csv", tmp_path / "from-csv", "--scheduler", "local"], capsys)
     assert code == 0 and sorted(rows(tmp_path / "from-csv")) == sorted(listed[:3])
-    code, stdout, _ = run([package, f"{photos}/**/*.jpg", tmp_path / "from-glob", "--engine", "local"], capsys)
+    code, stdout, _ = run([package, f"{photos}/**/*.jpg", tmp_path / "from-glob", "--scheduler", "local"], capsys)
     jpgs = [str(p) for p in images_of(photos) if p.suffix == ".jpg"]
     assert code == 1 and sorted(rows(tmp_path / "from-glob")) == sorted(jpgs)  # broken.jpg among them
 
@@ -247,12 +247,12 @@ def test_lists_on_a_cluster_started_for_the_run(package, photos, local_out, tmp_
                                   "address with local engine", "bad batch"])
 def test_bad_input_is_one_line_and_writes_nothing(case, package, photos, local_out, tmp_path, capsys):
     out = tmp_path / "out"
-    argv = [package, photos, out, "--engine", "local"]
+    argv = [package, photos, out, "--scheduler", "local"]
     expected = {"missing package": "does not exist", "OUT is a file": "is a file", "OUT is another folder":
                 "not an embed-collection output", "corrupt part": "is unreadable", "other variant":
                 "holds embeddings of another run", "no path column": "has no `path` column", "no input":
                 "does not exist", "unknown address": "no Ray cluster there", "address with local engine":
-                "are for --engine ray", "bad batch": "--batch must be >= 1"}[case]
+                "are for --scheduler ray", "bad batch": "--batch must be >= 1"}[case]
     if case == "missing package":
         argv[0] = tmp_path / "dist" / "nothing"
     elif case == "OUT is a file":
@@ -276,7 +276,7 @@ def test_bad_input_is_one_line_and_writes_nothing(case, package, photos, local_o
         with __import__("socket").socket() as free:
             free.bind(("127.0.0.1", 0))
             port = free.getsockname()[1]  # closed again: nothing listens there
-        argv[3:5] = ["--engine", "ray", "--address", f"127.0.0.1:{port}"]
+        argv[3:5] = ["--scheduler", "ray", "--address", f"127.0.0.1:{port}"]
     elif case == "address with local engine":
         argv += ["--address", "auto"]
     elif case == "bad batch":

@@ -37,7 +37,8 @@ def io_spec(embed=None) -> IOSpec:
     return IOSpec(INPUT_NAMES, OUTPUT_NAMES, {name: dict(axes) for name, axes in spec.DYNAMIC_AXES.items()})
 
 
-def export_module(embed) -> torch.nn.Module:
+def export_module(embed, ops: str = "contrib") -> torch.nn.Module:
+    """The traced module; its graph has standard ops only whatever `ops` (ORT fuses its attention at optimize)."""
     return ImageFeatures(embed).eval()
 
 

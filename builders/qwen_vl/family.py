@@ -66,8 +66,8 @@ class QwenBuilder:
         multiple = {contract.DIM_PATCHES: visual.config.spatial_merge_size**2}
         return IOSpec(list(contract.INPUT_NAMES), outputs, axes, multiple)
 
-    def export_module(self, visual) -> torch.nn.Module:
-        return VisionEncoder(visual).eval()
+    def export_module(self, visual, ops: str = "contrib") -> torch.nn.Module:
+        return VisionEncoder(visual, ops).eval()
 
     def example(self, config: ModelConfig, visual, items: list[str] | None) -> np.ndarray:
         """The export grid_thw int64 [I, 3]: `--example-grid T,H,W` items, else the config's."""

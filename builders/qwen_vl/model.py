@@ -10,8 +10,8 @@ from builders import checkpoint as ckpt
 from builders.config import ModelConfig, check_values
 from builders.qwen_vl import grid
 from builders.qwen_vl.generations import TORCH_GENERATIONS, TorchGeneration
-from builders.qwen_vl.patcher import GRID_KWARG, WINDOW_ATTR, segment_attention_patch
-from builders.qwen_vl.segment_attention import TRANSLATION_TABLE
+from builders.qwen_vl.patcher import CHUNK_ATTR, GRID_KWARG, WINDOW_ATTR, segment_attention_patch
+from builders.qwen_vl.segment_attention import CHUNK_ROWS, TRANSLATION_TABLE
 from core.errors import UsageError
 
 # Where the vision tower lives in a *ForConditionalGeneration state dict (transformers 5 layout first, then the
@@ -126,13 +126,15 @@ class VisionEncoder(torch.nn.Module):
 
     onnx_translation_table = TRANSLATION_TABLE
 
-    def __init__(self, visual: torch.nn.Module):
+    def __init__(self, visual: torch.nn.Module, ops: str = "contrib"):
         super().__init__()
         self.visual = visual
         self.generation = generation_of(visual)
         config = visual.config
         self.merge = config.spatial_merge_size
         self.window = 0
+        for block in visual.blocks:
+            setattr(block.attn, CHUNK_ATTR, CHUNK_ROWS[ops])  # the Loop's step (segment_attention.CHUNK_ROWS)
         if self.generation.facts.windows:
             # window side in patches; the full-attention blocks attend per frame (window 0)
             self.window = config.window_size // config.patch_size

@@ -12,12 +12,15 @@ import torch
 
 from builders.patching import swapped
 from builders.qwen_vl.generations import TorchGeneration
-from builders.qwen_vl.segment_attention import segment_attention
+from builders.qwen_vl.segment_attention import CHUNK_ROWS, segment_attention
 
 GRID_KWARG = "segment_grid_thw"
 #: Attribute of an attention module: its window side in patches (0: attention per whole frame). Set by the
 #: export wrapper on Qwen2.5-VL's window blocks; absent elsewhere.
 WINDOW_ATTR = "segment_window"
+#: Attribute of an attention module: the query rows of one step of the ONNX Loop (`segment_attention.CHUNK_ROWS`
+#: of the export's ops). Set by the export wrapper; absent: the contrib form's.
+CHUNK_ATTR = "segment_chunk"
 
 
 def segment_attention_forward(generation: TorchGeneration):
@@ -39,7 +42,8 @@ def segment_attention_forward(generation: TorchGeneration):
         query, key = generation.apply_rotary(query, key, cos, sin)
         query, key, value = (x.reshape(1, -1, self.dim) for x in (query, key, value))  # [1, N, H*D]
         window = getattr(self, WINDOW_ATTR, 0)
-        attended = segment_attention(query, key, value, grid_thw, self.num_heads, self.scaling, window)
+        chunk = getattr(self, CHUNK_ATTR, CHUNK_ROWS["contrib"])
+        attended = segment_attention(query, key, value, grid_thw, self.num_heads, self.scaling, window, chunk)
         return self.proj(attended.reshape(-1, self.dim))
 
     return forward

@@ -1,24 +1,32 @@
 """Attention per frame segment: one torch op, one ONNX lowering shared by both exporters.
 
 Decision: the segment structure enters at export. The patched attention calls the torch custom op
-`vlm_vision::segment_attention(query, key, value, grid_thw, num_heads, scale, window)`; both exporters lower
-that op to the same ONNX function, `SEGMENT_ATTENTION` below (TorchScript through a registered symbolic
+`vlm_vision::segment_attention(query, key, value, grid_thw, num_heads, scale, window, chunk)`; both exporters
+lower that op to the same ONNX function, `SEGMENT_ATTENTION` below (TorchScript through a registered symbolic
 that emits it as a model-local function, torch.export through `custom_translation_table`; the
 export inlines it, so both paths ship the same nodes). The function derives the segment boundaries
 from `grid_thw` inside the graph (frames, or with `window` > 0 the windows of window x window patches of
 each frame, cut at its bottom and right edges: Qwen2.5-VL's window blocks, on the window-ordered sequence)
-and runs a `Loop` over the segments, each step one `com.microsoft.MultiHeadAttention` without mask or bias
-on that segment's rows, collected in a sequence and concatenated. Why:
+and runs a `Loop` over query chunks: each step one `com.microsoft.MultiHeadAttention` without mask or bias of
+up to Q = min(longest segment, `chunk`) query rows of one segment against all of that segment's keys, its
+output padded to [1, Q, C]; the steps' outputs stack as the Loop's scan output [steps, 1, Q, C] and the padding
+rows are dropped after (Compress). Why:
   * no tensor of size N x N exists anywhere, in the exported graph or the optimized one (the former
     packed form built a [1, 1, N, N] block-diagonal bias and [1, H, N, N] scores: 4,096 patches
     peaked at 3.1 GB, 16,384 did not fit in 20 GB);
   * ONNX Runtime's CPU MultiHeadAttention takes its flash-attention path (memory linear in the
     sequence) only without mask and bias: a segment is exactly an unmasked attention;
   * no cross-frame scores are computed, so a pack costs what its frames cost alone;
-  * ONNX has no standard fused attention below opset 23 (the TorchScript path stops at opset 20),
-    and unfused standard ops inside the Loop would still build frame x frame scores, i.e. N x N
-    for one large image: the export stage itself must run the sizes the model accepts. The price is
-    an ORT contrib op in the exported graph (the pipeline targets ONNX Runtime throughout).
+  * every Loop step's output has one size. The former form collected steps of each segment's own size in a
+    sequence (SequenceInsert, ConcatFromSequence): right in ONNX Runtime, but OpenVINO's CPU Loop sizes such an
+    output as trip count x the last step's size and crashes or corrupts its heap on any pack whose frames
+    differ (`bench/openvino_loop_bug.py`). Padding costs at most Q - 1 rows per segment (none for one image,
+    the frames of a video or full windows); `bench/segment_loop.py` measures both forms;
+  * ONNX has no standard fused attention below opset 23 (the TorchScript path stops at opset 20). With
+    `--ops standard` the export lowers each MultiHeadAttention to MatMul + Softmax
+    (quantize/passes/standard_attention.py), whose scores are a tensor of heads x Q x segment rows: that
+    form chunks at CHUNK_ROWS["standard"] rows, so a large frame never builds its frame x frame scores.
+    The default keeps the ORT contrib op (the pipeline targets ONNX Runtime, and its fused op is faster).
 `bench/attention_ops.py` measures the alternatives (ONNX `Attention` of opset 23, the old bias form);
 `bench/window_attention.py` the windows against padded windows batched with a key mask.
 
@@ -35,15 +43,22 @@ from onnxscript.values import Opset
 DOMAIN = "vlm_vision"
 OP_NAME = f"{DOMAIN}::segment_attention"
 _msft = Opset("com.microsoft", 1)
+#: Query rows of one Loop step at most, per `--ops` of the export (bench/segment_loop.py measures the choice):
+#: ONNX Runtime's MultiHeadAttention keeps its memory linear itself, and fewer, longer steps are as fast or faster,
+#: so the contrib form chunks only frames past 2048x2048; the standard form's scores are a tensor of
+#: heads x chunk x segment rows, so it chunks at 1024 rows (a 2048x2048 Qwen3-VL frame: 1 GiB of scores, not 16).
+CHUNK_ROWS = {"contrib": 16384, "standard": 1024}
 
 
 @onnxscript.script(Opset(DOMAIN, 1), default_opset=op)
 def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, num_heads: int, scale: float,
-                     window: int = 0) -> FLOAT:
+                     window: int, chunk: int) -> FLOAT:
     """[1, N, C] x 3, grid_thw [I, 3] -> [1, N, C]: MultiHeadAttention on each segment's rows.
 
     A segment is a frame (window == 0) or a window of window x window patches of a frame, cut back at the
-    frame's bottom and right edges (rows in window order: frame after frame, windows row-major).
+    frame's bottom and right edges (rows in window order: frame after frame, windows row-major). Its query
+    rows go in chunks of Q = min(longest segment, chunk) rows against all of its keys; each Loop step's
+    output is padded to [1, Q, C] (a fixed size: see the module docstring) and the padding dropped after.
     """
     t = op.Gather(grid_thw, 0, axis=1)  # [I] frames per image
     h = op.Gather(grid_thw, 1, axis=1)  # [I] patch rows per frame
@@ -73,19 +88,38 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
     size = op.Mul(rows, cols)  # [S]
     ends = op.CumSum(size, 0)  # [S] exclusive end row of each segment
     starts = op.Sub(ends, size)
+    # query chunks: Q rows each (the last of a segment shorter), C in all
+    q = op.Min(op.ReduceMax(size, keepdims=0), op.Constant(value_int=chunk))  # Q, scalar
+    per_segment = op.Div(op.Sub(op.Add(size, q), 1), q)  # [S] chunks of each segment (ceil)
+    chunk_ends = op.CumSum(per_segment, 0)
+    chunks = op.ReduceSum(per_segment, keepdims=0)  # C, scalar
+    piece = op.Range(0, chunks, 1)  # [C]
+    owner = op.ReduceSum(op.Cast(op.GreaterOrEqual(op.Unsqueeze(piece, [1]), op.Unsqueeze(chunk_ends, [0])),
+                                 to=INT64.dtype), [1], keepdims=0)  # [C] segment of each chunk (C x S compare)
+    kv_starts, kv_ends = op.Gather(starts, owner), op.Gather(ends, owner)  # [C] its segment's rows
+    q_starts = op.Add(kv_starts, op.Mul(op.Sub(piece, op.Gather(op.Sub(chunk_ends, per_segment), owner)), q))
+    q_ends = op.Min(op.Add(q_starts, q), kv_ends)  # [C]
+    q_rows = op.Unsqueeze(q, [0])  # [1]
 
     @onnxscript.graph()
-    def segment_step(i: INT64, cond: BOOL, done):
+    def chunk_step(i: INT64, cond: BOOL):
         at = op.Unsqueeze(i, [0])
         after = op.Add(at, [1])
-        start, end = op.Slice(starts, at, after), op.Slice(ends, at, after)  # [1] each
-        attended = _msft.MultiHeadAttention(op.Slice(query, start, end, [1]), op.Slice(key, start, end, [1]),
-                                            op.Slice(value, start, end, [1]), num_heads=num_heads, scale=scale)
-        return op.Identity(cond), op.SequenceInsert(done, attended)
+        start, end = op.Slice(q_starts, at, after), op.Slice(q_ends, at, after)  # [1] each
+        kv_start, kv_end = op.Slice(kv_starts, at, after), op.Slice(kv_ends, at, after)
+        attended = _msft.MultiHeadAttention(op.Slice(query, start, end, [1]), op.Slice(key, kv_start, kv_end, [1]),
+                                            op.Slice(value, kv_start, kv_end, [1]), num_heads=num_heads,
+                                            scale=scale)  # [1, rows, C]
+        short = op.Sub(q_rows, op.Sub(end, start))  # [1] padding rows
+        padded = op.Pad(attended, op.Concat([0, 0, 0, 0], short, [0], axis=0))  # [1, Q, C]
+        return op.Identity(cond), padded
 
     # An explicit (always true) condition: ORT's symbolic shape inference needs the Loop's second input.
-    outputs = op.Loop(segments, op.Constant(value=True), op.SequenceEmpty(dtype=FLOAT.dtype), body=segment_step)
-    return op.ConcatFromSequence(outputs, axis=1)
+    stacked = op.Loop(chunks, op.Constant(value=True), body=chunk_step)  # [C, 1, Q, C]
+    width = op.Shape(query, start=2, end=3)
+    flat = op.Reshape(stacked, op.Concat([-1], width, axis=0))  # [C * Q, C]
+    real = op.Less(op.Unsqueeze(op.Range(0, q, 1), [0]), op.Unsqueeze(op.Sub(q_ends, q_starts), [1]))  # [C, Q]
+    return op.Unsqueeze(op.Compress(flat, op.Reshape(real, [-1]), axis=0), [0])  # [1, N, C]
 
 
 # onnxscript lists only the top-level graph's domains in the function's imports; the Loop body uses
@@ -96,8 +130,9 @@ SEGMENT_ATTENTION = SegmentAttention
 
 @torch.library.custom_op(OP_NAME, mutates_args=())
 def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, grid_thw: torch.Tensor,
-                      num_heads: int, scale: float, window: int) -> torch.Tensor:
-    """Eager: softmax(q k^T * scale) v inside each segment, as the model's eager attention. Shapes as above."""
+                      num_heads: int, scale: float, window: int, chunk: int) -> torch.Tensor:
+    """Eager: softmax(q k^T * scale) v inside each segment, as the model's eager attention (`chunk` shapes only
+    the ONNX form's steps). Shapes as above."""
     sizes = segment_sizes(grid_thw.tolist(), window)
     width = query.shape[-1]
     out = []
@@ -119,7 +154,7 @@ def segment_sizes(grid_thw: list[list[int]], window: int) -> list[int]:
 
 
 @segment_attention.register_fake
-def _(query, key, value, grid_thw, num_heads, scale, window):
+def _(query, key, value, grid_thw, num_heads, scale, window, chunk):
     return torch.empty_like(query)
 
 
@@ -139,13 +174,14 @@ class _AtOpset:
         return proto
 
 
-def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale, window):
+def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale, window, chunk):
     from torch.onnx import symbolic_helper
 
     out = g.onnxscript_op(_AtOpset(g.opset), query, key, value, grid_thw,
                           num_heads_i=symbolic_helper._get_const(num_heads, "i", "num_heads"),
                           scale_f=symbolic_helper._get_const(scale, "f", "scale"),
-                          window_i=symbolic_helper._get_const(window, "i", "window"))
+                          window_i=symbolic_helper._get_const(window, "i", "window"),
+                          chunk_i=symbolic_helper._get_const(chunk, "i", "chunk"))
     return out.setType(query.type())
 
 

@@ -1,0 +1,166 @@
+"""`python -m bench.segment_loop`: the segment attention's Loop with steps of varying size or of a fixed size.
+
+One attention at Qwen3-VL-2B dims (16 heads x 64, width 1024) and Qwen2.5-VL-3B's windows (16 heads x 80,
+windows of 8 x 8 patches) on q/k/v [1, N, width], in the forms:
+  sequence loop        the lowering shipped until 2026-11-26: one unmasked MultiHeadAttention per segment, each
+                       step's [1, rows, C] inserted into a sequence (SequenceInsert) and concatenated after.
+                       OpenVINO's CPU Loop sizes such an output as trip count x the last step's size: wrong
+                       results, heap corruption or a crash whenever the segments differ in size
+                       (`bench/openvino_loop_bug.py`).
+  fixed loop, Q=...    the shipped lowering (builders/qwen_vl/segment_attention.py): a segment's query rows in
+                       chunks of Q = min(longest segment, chunk) rows against all its keys, each step's output
+                       padded to [1, Q, C] (a Loop scan output of one size), the padding dropped after (Compress).
+                       Shown at the chunks of CHUNK_ROWS (contrib: the default export; standard: `--ops
+                       standard` before its lowering) and one between.
+Both are O(N) in memory (no N x N tensor; the fixed form adds at most Q padding rows per segment). Time: one
+thread, medians of --reps rounds interleaved across the forms, same input. Writes bench/results/segment-loop.json
+and .md. `tests/test_segment_attention.py` checks that the forms compute the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxscript
+from onnx import TensorProto, helper
+from onnxscript import BOOL, FLOAT, INT64
+from onnxscript import opset18 as op
+from onnxscript.values import Opset
+
+from bench.timing import interleaved, load_average, write_results
+from builders.qwen_vl import segment_attention as seg
+from core.machine import describe, machine
+
+ROOT = Path(__file__).resolve().parents[1]
+_msft = Opset("com.microsoft", 1)
+SEQUENCE = "sequence loop"
+#: name -> (heads, head dim, window, grid_thw): frames of Qwen3-VL-2B (patch 16) and Qwen2.5-VL-3B's windows (patch 14).
+CASES = {
+    "448x448": (16, 64, 0, [[1, 28, 28]]),
+    "448x448 + 336x336": (16, 64, 0, [[1, 28, 28], [1, 21, 21]]),
+    "video 4 x 448x448": (16, 64, 0, [[2, 28, 28]]),
+    "1024x1024": (16, 64, 0, [[1, 64, 64]]),
+    "1024x1024 windows": (16, 80, 8, [[1, 74, 74]]),
+}
+CHUNKS = (seg.CHUNK_ROWS["contrib"], seg.CHUNK_ROWS["standard"], 4096)
+
+
+@onnxscript.script(Opset("bench_segment", 1), default_opset=op)
+def SequenceLoop(query: FLOAT, key: FLOAT, value: FLOAT, starts: INT64, ends: INT64, num_heads: int,
+                 scale: float) -> FLOAT:
+    """[1, N, C] x 3, segment rows [starts[s], ends[s]) -> [1, N, C]: the former lowering's Loop."""
+
+    @onnxscript.graph()
+    def segment_step(i: INT64, cond: BOOL, done):
+        at = op.Unsqueeze(i, [0])
+        after = op.Add(at, [1])
+        start, end = op.Slice(starts, at, after), op.Slice(ends, at, after)
+        attended = _msft.MultiHeadAttention(op.Slice(query, start, end, [1]), op.Slice(key, start, end, [1]),
+                                            op.Slice(value, start, end, [1]), num_heads=num_heads, scale=scale)
+        return op.Identity(cond), op.SequenceInsert(done, attended)
+
+    outputs = op.Loop(op.Size(starts), op.Constant(value=True), op.SequenceEmpty(dtype=FLOAT.dtype),
+                      body=segment_step)
+    return op.ConcatFromSequence(outputs, axis=1)
+
+
+SequenceLoop.function_ir.opset_imports["com.microsoft"] = 1
+
+
+def build(form: str, heads: int, head_dim: int, window: int) -> onnx.ModelProto:
+    """One call of the form: query, key, value [1, N, width], grid_thw [I, 3] (fixed forms) or starts, ends [S]
+    (the sequence loop) -> out [1, N, width]."""
+    width = heads * head_dim
+    names = ["query", "key", "value"]
+    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, "N", width]) for x in names]
+    attrs = {"num_heads": heads, "scale": head_dim ** -0.5}
+    if form == SEQUENCE:
+        proto = SequenceLoop.to_function_proto()
+        bounds = ["starts", "ends"]
+        inputs += [helper.make_tensor_value_info(x, TensorProto.INT64, ["S"]) for x in bounds]
+    else:
+        proto = seg.SEGMENT_ATTENTION.to_function_proto()
+        bounds = ["grid_thw"]
+        inputs.append(helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["I", 3]))
+        attrs.update(window=window, chunk=int(form.rsplit("=", 1)[1]))
+    node = helper.make_node(proto.name, [*names, *bounds], ["out"], domain=proto.domain, **attrs)
+    graph = helper.make_graph([node], "segment_loop", inputs,
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    imports = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1),
+               helper.make_opsetid(proto.domain, 1)]
+    return helper.make_model(graph, opset_imports=imports, functions=[proto], ir_version=10)
+
+
+def feeds(form: str, grid: list[list[int]], window: int, width: int, rng) -> dict[str, np.ndarray]:
+    n = sum(t * h * w for t, h, w in grid)
+    feed = {x: rng.standard_normal((1, n, width), dtype=np.float32) for x in ("query", "key", "value")}
+    if form == SEQUENCE:
+        ends = np.cumsum(seg.segment_sizes(grid, window))
+        feed["starts"], feed["ends"] = np.concatenate([[0], ends[:-1]]).astype(np.int64), ends.astype(np.int64)
+    else:
+        feed["grid_thw"] = np.array(grid, np.int64)
+    return feed
+
+
+def markdown(result: dict) -> str:
+    forms = result["forms"]
+    lines = ["# Segment attention: a Loop with steps of varying size or of a fixed size", "",
+             (f"Produced by `python -m bench.segment_loop`, {result['started']} – {result['finished']}. Machine: "
+              f"{describe(result['machine'])} (load average {result['load_average_start']} at start). One attention "
+              f"on q/k/v [1, N, width], {result['threads']} thread, medians of {result['reps']} rounds interleaved "
+              "across the forms (seconds; ratio to the sequence loop)."), "",
+             "| case | patches | " + " | ".join(forms) + " |", "|---|---:|" + "---:|" * len(forms)]
+    for p in result["points"]:
+        base = p["median_s"][SEQUENCE]
+        cells = [f"{p['median_s'][f]:.4f}" + ("" if f == SEQUENCE else f" ({p['median_s'][f] / base:.3f}×)")
+                 for f in forms]
+        lines.append(f"| {p['case']} | {p['num_patches']} | " + " | ".join(cells) + " |")
+    lines += ["", result["decision"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.segment_loop", description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    import onnxruntime as ort
+
+    forms = [SEQUENCE, *(f"fixed loop, Q={c}" for c in CHUNKS)]
+    result = {"machine": machine(), "threads": args.threads, "reps": args.reps, "forms": forms,
+              "load_average_start": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "points": []}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    rng = np.random.default_rng(0)
+    for case, (heads, head_dim, window, grid) in CASES.items():
+        sessions = {f: ort.InferenceSession(build(f, heads, head_dim, window).SerializeToString(), options,
+                                            providers=["CPUExecutionProvider"]) for f in forms}
+        base = feeds("fixed", grid, window, heads * head_dim, rng)
+        inputs = {f: {**{k: base[k] for k in ("query", "key", "value")},
+                      **{k: v for k, v in feeds(f, grid, window, heads * head_dim, rng).items()
+                         if k not in ("query", "key", "value")}} for f in forms}
+        outs = {f: s.run(None, inputs[f])[0] for f, s in sessions.items()}
+        diff = max(float(np.abs(outs[f] - outs[SEQUENCE]).max()) for f in forms)
+        timed = interleaved({f: (lambda s=s, feed=inputs[f]: s.run(None, feed)) for f, s in sessions.items()},
+                            args.reps)
+        medians = {f: t["median_s"] for f, t in timed.items()}
+        result["points"].append({"case": case, "grid_thw": grid, "window": window, "num_patches": base["query"].shape[1],
+                                 "max_abs_diff": diff, "median_s": medians})
+        print(f"[segment_loop] {case}: {medians} (max abs diff {diff:.2e})", flush=True)
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    shipped = forms[1]
+    ratios = [p["median_s"][shipped] / p["median_s"][SEQUENCE] for p in result["points"]]
+    result["decision"] = (f"The shipped form ({shipped}) against the sequence loop: {min(ratios):.3f}–{max(ratios):.3f}× "
+                          "its time. It ships because every runtime sizes its Loop output right (OpenVINO does not "
+                          "the sequence loop's) and no larger chunk measures faster enough to pay for its padding.")
+    write_results(args.out, "segment-loop", result, markdown(result), "segment_loop")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

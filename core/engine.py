@@ -1,0 +1,71 @@
+"""Which runtime runs a model's file: ONNX Runtime (the default) or OpenVINO, as one object (torch-free).
+
+`Engine(name, precision)` travels from the command line (`--engine`, `--precision`) to wherever a session is
+opened; `Engine.open(model, threads)` gives an ONNX Runtime session or an `OpenVINOSession` with the same
+`run` / `get_inputs` / `get_outputs` surface.
+
+OpenVINO's default precision (`--precision` not given) is bf16 where OpenVINO can compute in bf16 on this CPU,
+else f32: measured at published dims on every validation layout of the Qwen3-VL-2B and Phi-4-multimodal
+packages, bf16 keeps the min per-token cosine against fp32 above BF16_FLOOR (docs/runtime-openvino.md,
+bench/results/openvino.md), at 1.7-1.9x the speed of f32.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from core import openvino_session, session
+from core.errors import UsageError
+
+ENGINES = ("onnxruntime", "openvino")
+#: The accuracy a lower-precision computation of the fp32 file must keep: min per-token cosine against the fp32
+#: outputs, the INT8 variant's floor (the strictest any variant ships under).
+BF16_FLOOR = 0.998
+
+
+def default_precision() -> str:
+    """OpenVINO's precision when none is given: bf16 where the CPU has it, else f32."""
+    return "bf16" if openvino_session.bf16_supported() else "f32"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """name: onnxruntime | openvino; precision: OpenVINO's f32 | bf16 (None: `default_precision()`)."""
+    name: str = "onnxruntime"
+    precision: str | None = None
+
+    def __post_init__(self):
+        if self.name not in ENGINES:
+            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {self.name!r}")
+        if self.precision is not None and self.precision not in openvino_session.PRECISIONS:
+            raise UsageError(f"--precision must be one of {', '.join(openvino_session.PRECISIONS)}, "
+                             f"got {self.precision!r}")
+        if self.name == "onnxruntime" and self.precision not in (None, "f32"):
+            raise UsageError(f"--precision {self.precision} needs --engine openvino (ONNX Runtime computes the "
+                             "fp32 file in f32 on CPU)")
+
+    def open(self, model: str | os.PathLike, threads: int | None = None):
+        """A session of the model file (`threads`: intra-op, None = all cores)."""
+        if self.name == "onnxruntime":
+            return session.open_session(model, threads)
+        return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision())
+
+    def describe(self) -> str:
+        """'onnxruntime' or 'openvino bf16' (the precision it resolves to)."""
+        if self.name == "onnxruntime":
+            return self.name
+        return f"{self.name} {self.precision or default_precision()}"
+
+
+def add_arguments(parser, also: tuple[str, ...] = (), also_help: str = "") -> None:
+    """--engine and --precision (`also`: more --engine values the command takes, explained by `also_help`)."""
+    parser.add_argument("--engine", choices=(*ENGINES, *also), default="onnxruntime",
+                        help="the runtime that runs the package's file: onnxruntime (default) or openvino (the "
+                             "openvino extra)" + also_help)
+    parser.add_argument("--precision", choices=openvino_session.PRECISIONS,
+                        help="--engine openvino: f32, or bf16 (default: bf16 where the CPU has it, else f32)")
+
+
+def from_args(args) -> Engine:
+    return Engine(args.engine, args.precision)

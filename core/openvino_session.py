@@ -1,0 +1,106 @@
+"""An OpenVINO CPU model behind the part of `onnxruntime.InferenceSession` the runtime uses (torch-free).
+
+`OpenVINOSession(path, threads, precision)` compiles the ONNX file for OpenVINO's CPU plugin and answers
+`get_inputs()` / `get_outputs()` (name, ORT-style type, shape), `get_modelmeta().custom_metadata_map` and
+`run(names, feeds) -> [arrays]`, so that code written against an ORT session runs unchanged.
+
+precision: OpenVINO's inference precision hint, "f32" or "bf16" (bf16 needs a CPU with AVX-512 BF16 or AMX:
+`bf16_supported()`). The figures behind the runtime's default are in docs/runtime-openvino.md.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core import onnx_io
+from core.errors import UsageError
+
+PRECISIONS = ("f32", "bf16")
+_TYPES = {"f32": "tensor(float)", "f16": "tensor(float16)", "i64": "tensor(int64)", "i32": "tensor(int32)",
+          "boolean": "tensor(bool)", "u8": "tensor(uint8)", "i8": "tensor(int8)"}
+
+
+def _openvino():
+    try:
+        import openvino
+    except ImportError:
+        raise UsageError("--engine openvino needs the openvino package: pip install '.[openvino]' "
+                         "(make install installs it)") from None
+    return openvino
+
+
+def available() -> bool:
+    """Whether the openvino package imports here."""
+    try:
+        _openvino()
+    except UsageError:
+        return False
+    return True
+
+
+def bf16_supported() -> bool:
+    """Whether OpenVINO's CPU plugin can compute in bf16 on this CPU."""
+    return "BF16" in _openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+@dataclass(frozen=True)
+class Port:
+    """An input or output as ORT's NodeArg shows it: name, type ('tensor(float)'), shape (ints or names)."""
+    name: str
+    type: str
+    shape: list
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    custom_metadata_map: dict[str, str]
+
+
+def _port(port) -> Port:
+    shape = [d.get_length() if d.is_static else f"dim{i}" for i, d in enumerate(port.get_partial_shape())]
+    return Port(port.get_any_name(), _TYPES.get(port.get_element_type().get_type_name(), "tensor(unknown)"), shape)
+
+
+class OpenVINOSession:
+    """A compiled OpenVINO CPU model of an ONNX file (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike, threads: int | None = None, precision: str = "f32"):
+        if precision not in PRECISIONS:
+            raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        ov = _openvino()
+        if precision == "bf16" and not bf16_supported():
+            raise UsageError("--precision bf16: this CPU has no bf16 support in OpenVINO (AVX-512 BF16 or AMX); "
+                             "use --precision f32")
+        config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        self.path, self.precision = Path(path), precision
+        try:
+            self.compiled = ov.Core().compile_model(str(path), "CPU", config)
+        except RuntimeError as err:
+            raise UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())[:400]}") from None
+        self.request = self.compiled.create_infer_request()
+        self._inputs = [_port(p) for p in self.compiled.inputs]
+        self._outputs = [_port(p) for p in self.compiled.outputs]
+        proto = onnx_io.read_proto(path)
+        self._meta = ModelMeta({p.key: p.value for p in proto.metadata_props})
+
+    def get_inputs(self) -> list[Port]:
+        return self._inputs
+
+    def get_outputs(self) -> list[Port]:
+        return self._outputs
+
+    def get_modelmeta(self) -> ModelMeta:
+        return self._meta
+
+    def run(self, output_names, input_feed: dict[str, np.ndarray], run_options=None) -> list[np.ndarray]:
+        """Outputs `output_names` (None: all, in the model's order) of one inference, as arrays of their own."""
+        results = self.request.infer({name: np.ascontiguousarray(a) for name, a in input_feed.items()})
+        by_name = {port.get_any_name(): results[port] for port in self.compiled.outputs}
+        names = output_names or [o.name for o in self._outputs]
+        return [np.array(by_name[name], copy=True) for name in names]
