@@ -1,0 +1,138 @@
+"""Right beyond ONNX Runtime: OpenVINO (pinned, the openvino extra) and the ONNX reference evaluator.
+
+- OpenVINO runs the tiny exports of both families through both exporters, and the `--ops standard` exports, at
+  every validation layout of their reports (mixed-size packs, image + video packs, same patch count other
+  shape, a large image), against the eager model at the export's tolerance.
+- The reference evaluator (`onnx.reference`) runs the standard exports at two layouts (a mixed pack with a video
+  among them) against the eager model.
+- `bench/openvino_loop_bug.py` still reproduces OpenVINO's Loop bug (a canary: when it stops, the docs' known
+  limit can go) while ONNX Runtime and the reference evaluator are right on it.
+"""
+
+import json
+
+import pytest
+
+from builders import family as family_builder
+from builders.config import load_config
+from core import onnx_io
+from core.parity import compare
+from families import family as declared_family
+from families import of_model
+from families import validation as layouts_mod
+
+pytest.importorskip("openvino", reason="the openvino extra is not installed (make install installs it)")
+
+from core.openvino_session import OpenVINOSession  # noqa: E402 -- after the skip
+
+#: (config, extra export flags) of the exports built here; the Qwen3-VL TorchScript/dynamo ones come from conftest.
+EXPORTS = {
+    "qwen2.5-vl torchscript": ("qwen2.5-vl-tiny", []),
+    "phi-4-mm torchscript": ("phi-4-mm-tiny", []),
+    "phi-4-mm dynamo": ("phi-4-mm-tiny", ["--dynamo"]),
+    "qwen3-vl standard": ("qwen3-vl-tiny", ["--ops", "standard"]),
+    "qwen2.5-vl standard dynamo": ("qwen2.5-vl-tiny", ["--ops", "standard", "--dynamo"]),
+}
+STANDARD = [name for name in EXPORTS if "standard" in name]
+
+
+@pytest.fixture(scope="module")
+def exports(tiny_exports, tmp_path_factory) -> dict:
+    """{name: export folder}: the conftest Qwen3-VL exports and those of EXPORTS."""
+    from builders import vision
+
+    root = tmp_path_factory.mktemp("openvino-exports")
+    folders = {"qwen3-vl torchscript": tiny_exports["torchscript"], "qwen3-vl dynamo": tiny_exports["dynamo"]}
+    for name, (config, extra) in EXPORTS.items():
+        out = root / name.replace(" ", "-")
+        assert vision.main(["--model", config, "--out", str(out), *extra]) == 0, name
+        folders[name] = out
+    return folders
+
+
+_EAGER: dict = {}
+
+
+def eager(report: dict):
+    """inputs -> the eager outputs of the model the export was made from (random weights, its seed)."""
+    key = (report["model"], report["seed"])
+    if key not in _EAGER:
+        config = load_config(report["model"])
+        builder = family_builder.load(declared_family(config.family).builder)
+        _EAGER[key] = builder.reference(builder.build(config, None, report["seed"])[0])
+    return _EAGER[key]
+
+
+def layout_cases(folder) -> tuple[dict, list[dict], list[dict]]:
+    """(report, layouts, inputs) of every validation layout the export's report lists."""
+    model_file = folder / "model.onnx"
+    metadata = onnx_io.metadata(model_file)
+    family = of_model(metadata, model_file)
+    layouts = layouts_mod.layouts_for(model_file, metadata, family)
+    return json.loads((folder / "report.json").read_text()), layouts, layouts_mod.layout_inputs(family, layouts,
+                                                                                                 metadata)
+
+
+def check_against_eager(run, folder, indices=None) -> int:
+    """Run `run(feeds) -> outputs` at the export's layouts (`indices`: a subset); assert each output within the
+    export's tolerance of the eager model. Returns the layouts checked."""
+    report, layouts, inputs = layout_cases(folder)
+    reference = eager(report)
+    chosen = range(len(layouts)) if indices is None else indices
+    for i in chosen:
+        got, expected = run(inputs[i]), reference(inputs[i])
+        for name, ours, ref in zip(report["outputs"], got, expected):
+            metrics = compare(ours, ref, report["tolerance"])
+            assert metrics["ok"], f"{layouts[i]['case']}: {name} {metrics}"
+    return len(chosen)
+
+
+@pytest.mark.parametrize("name", ["qwen3-vl torchscript", "qwen3-vl dynamo", *EXPORTS])
+def test_openvino_runs_the_export_at_every_layout(exports, name):
+    session = OpenVINOSession(exports[name] / "model.onnx", threads=1, precision="f32")
+    report, layouts, _ = layout_cases(exports[name])
+    cases = " ".join(layout["case"] for layout in layouts)
+    if name.startswith("qwen"):  # the layouts where OpenVINO's Loop went wrong are among them
+        assert "pack" in cases and "video" in cases and "same" in cases, cases
+    assert check_against_eager(lambda feeds: session.run(None, feeds), exports[name]) == len(layouts)
+
+
+@pytest.mark.parametrize("name", STANDARD)
+def test_standard_export_has_only_onnx_ops(exports, name):
+    import onnx_ir as ir
+
+    model = ir.load(exports[name] / "model.onnx")
+    domains = {node.domain for node in ir.traversal.RecursiveGraphIterator(model.graph)}
+    assert domains <= {"", "ai.onnx"}, domains
+    assert json.loads((exports[name] / "report.json").read_text())["ops"] == "standard"
+
+
+@pytest.mark.parametrize("name", STANDARD)
+def test_reference_evaluator_runs_the_standard_export(exports, name):
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(onnx.load(exports[name] / "model.onnx"))
+    _, layouts, _ = layout_cases(exports[name])
+    mixed = next(i for i, layout in enumerate(layouts) if "pack" in layout["case"])
+    assert check_against_eager(lambda feeds: evaluator.run(None, feeds), exports[name], [0, mixed]) == 2
+
+
+def test_the_loop_bug_reproducer():
+    """ONNX Runtime and the reference evaluator are right on the six-op Loop; OpenVINO is not (yet)."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+
+    from bench import openvino_loop_bug
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "loop.onnx"
+        onnx.save(openvino_loop_bug.model(), path)
+        assert openvino_loop_bug.run("onnxruntime", path) == "right"
+        assert openvino_loop_bug.run("reference", path) == "right"
+        outcome = openvino_loop_bug.run("openvino", path)
+    assert outcome != "right", ("OpenVINO now sizes a Loop output of varying size right: the bug is fixed "
+                                "upstream; update docs/runtime-openvino.md's known limits")
+
