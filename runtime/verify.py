@@ -9,7 +9,11 @@ Checks, in order (the first failure ends the run with exit 1 and one `error: FIL
    transformers' AutoImageProcessor (its torch-free PIL backend);
 4. every variant loads in ONNX Runtime and runs at the smoke sizes (runtime/smoke.py: random pixels,
    as the processor grids an image of that size); every output has the shape the manifest recorded
-   for that size and only finite values.
+   for that size and only finite values;
+5. when the openvino package is installed (the openvino extra): the fp32 variant runs in OpenVINO at the smoke
+   sizes, in f32 within the export's tolerance of ONNX Runtime's outputs and, where the CPU has bf16, in bf16
+   at a min per-token cosine of at least `core.engine.BF16_FLOOR` against them (what `--engine openvino`
+   runs by default there).
 Exit 2 (bad input) when the path is not a package at all.
 """
 
@@ -227,6 +231,44 @@ def run_smoke(manifest: dict, folder: Path, threads: int | None) -> int:
     return runs
 
 
+def run_openvino(manifest: dict, folder: Path, threads: int | None) -> str:
+    """Step 5 (see the module docstring); returns what was checked, or why nothing was."""
+    from core import engine, openvino_session
+    from core.parity import compare
+
+    if not openvino_session.available():
+        return "OpenVINO not installed: not checked"
+    fp32 = folder / manifest["variants"][0]["file"]
+    tolerance = float(manifest.get("export", {}).get("tolerance") or 1e-4)
+    sess = session.open_session(fp32, threads)
+    cases = [(size, feeds, session.run(sess, feeds)) for size, feeds in smoke.smoke_cases(manifest["family"], folder)]
+    del sess
+    precisions = ["f32", *(["bf16"] if openvino_session.bf16_supported() else [])]
+    worst_cosine = {}
+    for precision in precisions:
+        try:
+            ov = openvino_session.OpenVINOSession(fp32, threads, precision)
+        except UsageError as err:
+            fail(manifest["variants"][0]["file"], str(err))
+        worst_cosine[precision] = 1.0
+        for size, feeds, expected in cases:
+            got = dict(zip(session.output_names(ov), ov.run(None, feeds)))
+            for name, ref in expected.items():
+                metrics = compare(got[name], ref, tolerance)
+                worst_cosine[precision] = min(worst_cosine[precision], metrics.get("min_token_cosine", -1.0))
+                if precision == "f32" and not metrics["ok"]:
+                    fail(manifest["variants"][0]["file"], f"OpenVINO f32 at {size}: {name} differs from ONNX Runtime "
+                                                          f"by {metrics.get('max_abs')} (limit {metrics.get('limit')})")
+                if precision == "bf16" and metrics.get("min_token_cosine", -1.0) < engine.BF16_FLOOR:
+                    fail(manifest["variants"][0]["file"], f"OpenVINO bf16 at {size}: {name} min per-token cosine "
+                                                          f"{metrics.get('min_token_cosine'):.5f} < {engine.BF16_FLOOR}; "
+                                                          "run it with --precision f32")
+    shown = ", ".join(f"{p} min per-token cosine {c:.5f}" for p, c in worst_cosine.items())
+    line = f"{manifest['variants'][0]['file']}: OpenVINO at {', '.join(s for s, _, _ in cases)}: {shown}"
+    say(line, TAG)
+    return line
+
+
 def verify_folder(folder: Path, threads: int | None = None) -> str:
     """All checks on an unpacked package folder; returns a one-line summary or raises CheckFailed."""
     if not (folder / MANIFEST).exists() and not (folder / SUMS).exists():
@@ -243,6 +285,7 @@ def verify_folder(folder: Path, threads: int | None = None) -> str:
     say(f"manifest: {manifest['family']} {manifest['model']}, {len(manifest['variants'])} variant(s) agree "
         "with their models and configs", TAG)
     runs = run_smoke(manifest, folder, threads)
+    run_openvino(manifest, folder, threads)
     return (f"{manifest['name']}: {len(sums)} files, {len(manifest['variants'])} variant(s) "
             f"({', '.join(v['name'] for v in manifest['variants'])}), {runs} smoke runs: all checks passed")
 

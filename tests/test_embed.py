@@ -251,3 +251,41 @@ def test_sample_photos_embed_as_folder_and_video(qwen_dist, tmp_path, capsys):
         assert result["entries"].tolist() == [f"image_{i}" for i in range(len(names))] + ["video"]
         assert [Path(str(result[f"image_{i}.source"][0])).stem for i in range(len(names))] == names
         assert result["video.grid_thw"][0] == sample_photos.FRAMES // 2
+
+
+def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys):
+    """`embed --engine openvino` on a mixed pack plus a video: f32 within the export's tolerance of `embed` (ONNX
+    Runtime), bf16 (where the CPU has it) at a min per-token cosine >= core.engine.BF16_FLOOR; `verify` runs it."""
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    from core import engine, openvino_session
+    from runtime import verify
+
+    write_frames(tmp_path / "frames", 3, 240, 320)
+    inputs = [*(photos[n] for n in PACK[:4]), "--video", tmp_path / "frames", "--package", qwen_dist / QWEN]
+    assert embed([*inputs, "--out", tmp_path / "ort.npz"], capsys)[0] == 0
+    precisions = ["f32", *(["bf16"] if openvino_session.bf16_supported() else [])]
+    tolerance = json.loads((qwen_dist / QWEN / "manifest.json").read_text())["export"]["tolerance"]
+    with np.load(tmp_path / "ort.npz") as ort_result:
+        expected = {k: ort_result[k] for k in ort_result.files}
+    for precision in precisions:
+        out = tmp_path / f"ov-{precision}.npz"
+        code, _, err = embed([*inputs, "--out", out, "--engine", "openvino", "--precision", precision], capsys)
+        assert code == 0 and f"openvino {precision}" in err
+        with np.load(out) as result:
+            assert sorted(result.files) == sorted(expected)
+            for key, ref in expected.items():
+                if not np.issubdtype(ref.dtype, np.floating):
+                    np.testing.assert_array_equal(result[key], ref)
+                    continue
+                metrics = compare(result[key], ref, tolerance)
+                assert metrics["ok"] if precision == "f32" else metrics["min_token_cosine"] >= engine.BF16_FLOOR, \
+                    f"{precision} {key}: {metrics}"
+    assert "OpenVINO" in verify.run_openvino(json.loads((qwen_dist / QWEN / "manifest.json").read_text()),
+                                             qwen_dist / QWEN, 1)
+
+
+def test_precision_without_openvino_is_one_line(qwen_dist, photos, tmp_path, capsys):
+    code, _, err = embed([photos["coffee"], "--package", qwen_dist / QWEN, "--out", tmp_path / "x.npz",
+                          "--precision", "bf16"], capsys)
+    assert code == 2 and "needs --engine openvino" in single_error(err)
+    assert not (tmp_path / "x.npz").exists()
