@@ -1,0 +1,215 @@
+"""`python -m bench.runtimes --build build/qwen3-vl-2b`: the same files in ONNX Runtime 1.31.1 / 1.32.0 and OpenVINO.
+
+On the stage folders of one `make export` (optimized = the fp32 variant, int8, int4), at each `--layout` (default:
+one 448x448 image and a 448x448 + 336x336 pack, random pixels on the grids Qwen's processor gives) and each
+`--threads` count, one run of every variant interleaved with the others, `--reps` rounds after a warm-up:
+  ORT 1.31 fp32 / INT8 / INT4    the shipped variants in this venv's ONNX Runtime
+  ORT 1.32 fp32 / INT8 / INT4    the same files in ONNX Runtime 1.32.0 (`--ort-next DIR`: a folder holding it,
+                                 `pip install --target DIR onnxruntime==1.32.0`), run in a worker process
+  OV f32 / bf16 fp32 file        OpenVINO on the fp32 file at each inference precision
+  OV f32 / bf16 INT8 file        OpenVINO on the INT8 file
+  ... (baseline)                 with `--baseline DIR`: ORT 1.31 on another build of the same model (the files
+                                 before a change), for a no-regression check in the same run
+Each variant's accuracy: min per-token cosine of its outputs against ORT 1.31 fp32 at that layout. With
+`--accuracy`, OpenVINO f32 and bf16 on the fp32 file also run at every validation layout of the optimized
+stage's report (the numbers behind `core.engine`'s default precision). Every runtime install lives in its own
+worker process (`bench.runtime_worker`), so versions that cannot share a process are timed in one run.
+Writes bench/results/runtimes[-SUFFIX].json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.timing import grid_for, load_average, patch_of, pixels, write_results
+from core import onnx_io
+from core.machine import describe, machine
+from core.parity import min_token_cosine
+from core.progress import say
+
+ROOT = Path(__file__).resolve().parents[1]
+TAG = "runtimes"
+LAYOUTS = {"448x448": [(448, 448)], "448x448 + 336x336": [(448, 448), (336, 336)]}
+REFERENCE = "ORT 1.31 fp32"
+
+
+class Worker:
+    """One `bench.runtime_worker` process (env: extra PYTHONPATH for another runtime install)."""
+
+    def __init__(self, pythonpath: str | None = None):
+        env = dict(os.environ)
+        paths = [p for p in (pythonpath, str(ROOT), env.get("PYTHONPATH")) if p]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        self.process = subprocess.Popen([sys.executable, "-m", "bench.runtime_worker"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+    def ask(self, **command) -> dict:
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the worker died on {command}")
+        answer = json.loads(line)
+        if not answer["ok"]:
+            raise RuntimeError(f"{command}: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=120)
+
+
+def variants(build: Path, baseline: Path | None, ort_next: bool) -> dict[str, dict]:
+    """{label: {worker, engine, file, precision}}: worker 'base' (this venv), 'next' (ORT 1.32) or 'baseline'."""
+    files = {stage: onnx_io.model_path(build / stage) for stage in ("optimized", "int8", "int4")}
+    names = {"optimized": "fp32", "int8": "INT8", "int4": "INT4"}
+    out = {f"ORT 1.31 {names[s]}": {"worker": "base", "engine": "onnxruntime", "file": f} for s, f in files.items()}
+    if ort_next:
+        out.update({f"ORT 1.32 {names[s]}": {"worker": "next", "engine": "onnxruntime", "file": f}
+                    for s, f in files.items()})
+    for stage in ("optimized", "int8"):
+        for precision in ("f32", "bf16"):
+            out[f"OV {precision} {names[stage]} file"] = {"worker": "base", "engine": "openvino",
+                                                           "file": files[stage], "precision": precision}
+    if baseline is not None:
+        out.update({f"ORT 1.31 {names[s]} (baseline)": {"worker": "base", "engine": "onnxruntime",
+                                                        "file": onnx_io.model_path(baseline / s)} for s in files})
+    return out
+
+
+def layout_feeds(layout: list[tuple[int, int]], patch_dim: int, folder: Path, name: str) -> Path:
+    grid = [g for h, w in layout for g in grid_for(h, w, patch_of(patch_dim))]
+    path = folder / f"{name}.npz"
+    np.savez(path, **pixels(grid, 0, patch_dim))
+    return path
+
+
+def min_cosine(a: Path, b: Path) -> float:
+    with np.load(a) as x, np.load(b) as y:
+        return min(min_token_cosine(x[k], y[k]) for k in y.files)
+
+
+def time_point(workers: dict, specs: dict, threads: int, feeds: Path, reps: int, tmp: Path) -> dict:
+    """Open every variant at `threads`, warm and check it, then `reps` interleaved rounds; close them."""
+    for label, spec in specs.items():
+        workers[spec["worker"]].ask(open=label, engine=spec["engine"], file=str(spec["file"]), threads=threads,
+                                    precision=spec.get("precision"))
+    outs = {label: tmp / f"out-{i}.npz" for i, label in enumerate(specs)}
+    for label, spec in specs.items():
+        workers[spec["worker"]].ask(run=label, feeds=str(feeds), out=str(outs[label]))
+    times = {label: [] for label in specs}
+    for _ in range(reps):
+        for label, spec in specs.items():
+            times[label].append(workers[spec["worker"]].ask(run=label, feeds=str(feeds), out=None)["seconds"])
+    for label, spec in specs.items():
+        workers[spec["worker"]].ask(close=label)
+    return {label: {"median_s": statistics.median(t), "times_s": [round(x, 4) for x in t],
+                    "min_token_cosine": min_cosine(outs[label], outs[REFERENCE])} for label, t in times.items()}
+
+
+def accuracy_at_validation_layouts(worker: Worker, fp32: Path, tmp: Path) -> list[dict]:
+    """OpenVINO f32 and bf16 against ORT fp32 at every validation layout of the fp32 stage's report."""
+    from families import of_model
+    from families import validation as layouts_mod
+
+    metadata = onnx_io.metadata(fp32)
+    family = of_model(metadata, fp32)
+    layouts = layouts_mod.layouts_for(fp32, metadata, family)
+    specs = {"ort": ("onnxruntime", None), "f32": ("openvino", "f32"), "bf16": ("openvino", "bf16")}
+    for label, (engine, precision) in specs.items():
+        worker.ask(open=label, engine=engine, file=str(fp32), threads=None, precision=precision)
+    rows = []
+    for i, (layout, feeds) in enumerate(zip(layouts, layouts_mod.layout_inputs(family, layouts, metadata))):
+        path = tmp / f"validation-{i}.npz"  # a path per layout: the worker caches feeds by path
+        np.savez(path, **feeds)
+        for label in specs:
+            worker.ask(run=label, feeds=str(path), out=str(tmp / f"v-{label}.npz"))
+        rows.append({"case": layout["case"], **{p: min_cosine(tmp / f"v-{p}.npz", tmp / "v-ort.npz")
+                                                 for p in ("f32", "bf16")}})
+        say(f"{layout['case']}: OpenVINO f32 {rows[-1]['f32']:.6f}, bf16 {rows[-1]['bf16']:.6f}", TAG)
+    for label in specs:
+        worker.ask(close=label)
+    return rows
+
+
+def markdown(result: dict) -> str:
+    lines = ["# The same files in ONNX Runtime 1.31.1, 1.32.0 and OpenVINO", "",
+             (f"Produced by `python -m bench.runtimes {result['argv']}`, {result['started']} – {result['finished']}. "
+              f"Machine: {describe(result['machine'])} (load average {result['load_average_start']} at start). "
+              f"Model: {result['model']} (random weights), stage folders of `make export`. Medians of "
+              f"{result['reps']} rounds, every variant interleaved with the others; cosine: min per-token cosine "
+              f"against {REFERENCE} at that layout; × = speed-up over {REFERENCE}."), ""]
+    for point in result["points"]:
+        lines += [f"## {point['layout']}, {point['threads']} thread(s)", "",
+                  "| variant | median (s) | × vs ORT 1.31 fp32 | min per-token cosine |", "|---|---:|---:|---:|"]
+        base = point["variants"][REFERENCE]["median_s"]
+        for label, v in point["variants"].items():
+            lines.append(f"| {label} | {v['median_s']:.3f} | {base / v['median_s']:.2f}× | "
+                         f"{v['min_token_cosine']:.5f} |")
+        lines.append("")
+    if result.get("accuracy"):
+        rows = result["accuracy"]
+        lines += ["## OpenVINO on the fp32 file at every validation layout", "",
+                  f"{len(rows)} layouts of the optimized stage's report; min per-token cosine against ONNX Runtime fp32.",
+                  "", "| layout | OV f32 | OV bf16 |", "|---|---:|---:|"]
+        lines += [f"| {r['case']} | {r['f32']:.6f} | {r['bf16']:.6f} |" for r in rows]
+        lines += ["", f"Worst: f32 {min(r['f32'] for r in rows):.6f}, bf16 {min(r['bf16'] for r in rows):.6f}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.runtimes", description=__doc__.splitlines()[0])
+    parser.add_argument("--build", type=Path, required=True, help="build/MODEL of `make export`")
+    parser.add_argument("--baseline", type=Path, help="another build of the same model, timed as '(baseline)'")
+    parser.add_argument("--ort-next", type=Path, help="a folder holding onnxruntime 1.32.0 (pip install --target)")
+    parser.add_argument("--layout", action="append", choices=sorted(LAYOUTS), help="default: all")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--accuracy", action="store_true", help="also OpenVINO at every validation layout")
+    parser.add_argument("--suffix", default="", help="results file suffix (runtimes-SUFFIX.json)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    argv_shown = " ".join(sys.argv[1:] if argv is None else argv)
+    fp32 = onnx_io.model_path(args.build / "optimized")
+    metadata = onnx_io.metadata(fp32)
+    patch_dim = int(onnx_io.read_proto(fp32).graph.input[0].type.tensor_type.shape.dim[1].dim_value)
+    result = {"argv": argv_shown, "machine": machine(), "model": metadata.get("model"), "reps": args.reps,
+              "load_average_start": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "points": []}
+    specs = variants(args.build, args.baseline, args.ort_next is not None)
+    workers = {"base": Worker()}
+    if args.ort_next is not None:
+        workers["next"] = Worker(str(args.ort_next))
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-runtimes-") as tmp:
+            tmp = Path(tmp)
+            for name in args.layout or list(LAYOUTS):
+                feeds = layout_feeds(LAYOUTS[name], patch_dim, tmp, name.replace(" ", ""))
+                for threads in args.threads:
+                    say(f"{name}, {threads} thread(s): {len(specs)} variants ...", TAG)
+                    point = time_point(workers, specs, threads, feeds, args.reps, tmp)
+                    result["points"].append({"layout": name, "threads": threads, "variants": point})
+                    for label, v in point.items():
+                        say(f"  {label}: {v['median_s']:.3f} s, cosine {v['min_token_cosine']:.5f}", TAG)
+            if args.accuracy:
+                result["accuracy"] = accuracy_at_validation_layouts(workers["base"], fp32, tmp)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    stem = "runtimes" + (f"-{args.suffix}" if args.suffix else "")
+    write_results(args.out, stem, result, markdown(result), TAG)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
