@@ -209,3 +209,23 @@ def test_torchscript_lowering_at_other_opsets(tiny_model, opset):
     got = session.run(None, {"pixel_values": pixels, "grid_thw": pack})
     for ours, eager in zip(got, reference_outputs(tiny_model, pixels, pack)):
         np.testing.assert_allclose(ours, eager, rtol=0, atol=1e-4 * max(1.0, float(np.abs(eager).max())))
+
+
+@pytest.mark.parametrize("window", [0, WINDOW])
+def test_segment_loop_bench_forms_compute_the_same(window):
+    """bench.segment_loop's forms (the former sequence Loop, the shipped fixed-size Loop at several chunks, short
+    chunks splitting a frame) give the same outputs on a pack whose segments differ in size."""
+    from bench import segment_loop
+
+    grid, heads, head_dim = [[1, 12, 10], [2, 6, 4], [1, 2, 18]], 2, 8
+    base = segment_loop.feeds("fixed", grid, window, heads * head_dim, np.random.default_rng(0))
+    outs = {}
+    for form in (segment_loop.SEQUENCE, "fixed loop, Q=16384", "fixed loop, Q=16", "fixed loop, Q=7"):
+        feed = {**base, **segment_loop.feeds(form, grid, window, heads * head_dim, np.random.default_rng(0))}
+        feed = {k: v for k, v in feed.items() if k in {i.name for i in segment_loop.build(form, heads, head_dim,
+                                                                                        window).graph.input}}
+        session = ort.InferenceSession(segment_loop.build(form, heads, head_dim, window).SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        outs[form] = session.run(None, feed)[0]
+    for form, out in outs.items():
+        np.testing.assert_allclose(out, outs[segment_loop.SEQUENCE], rtol=0, atol=1e-5, err_msg=form)
