@@ -5,6 +5,10 @@ MODEL ?= qwen3-vl
 MODEL_GIVEN := $(filter command line environment,$(origin MODEL))
 CHECKPOINT ?=
 DYNAMO ?=
+# OPS=standard: only the export stage, with ai.onnx ops only, into build/MODEL/standard/ (for OpenVINO, the ONNX
+# reference evaluator and runtimes without Microsoft's contrib ops; docs/runtimes.md). The later stages are ONNX
+# Runtime's (they fuse its contrib ops), so they do not run.
+OPS ?=
 FP16 ?=
 PYTHON ?= python3
 VENV := .venv
@@ -57,15 +61,20 @@ $(STAMP): pyproject.toml
 # export -> surgery (the family's checks: Qwen3-VL debake + audit + claims, Phi-4-multimodal claims) -> optimize
 # (the family's passes) -> int8, int4 (FP16=1: and fp16, docs/fp16.md), each stage into build/MODEL/<stage>/
 # (model + self-contained report.json).
+EXPORT_ARGS = $(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,x)),--model $(MODEL)) \
+	$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo)
+
 export: $(STAMP)
-	$(PY) -m builders.vision $(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,x)),--model $(MODEL)) \
-		$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo) \
-		--out $(BUILD)/export
+ifeq ($(OPS),standard)
+	$(PY) -m builders.vision $(EXPORT_ARGS) --ops standard --out $(BUILD)/standard
+else
+	$(PY) -m builders.vision $(EXPORT_ARGS) --out $(BUILD)/export
 	$(PY) -m surgery stage $(BUILD)/export $(BUILD)/surgery
 	$(PY) -m quantize optimize $(BUILD)/surgery $(BUILD)/optimized
 	$(PY) -m quantize int8 $(BUILD)/optimized $(BUILD)/int8 $(int8_flags)
 	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(int4_flags)
 	$(if $(FP16),$(PY) -m quantize fp16 $(BUILD)/optimized $(BUILD)/fp16)
+endif
 
 # Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,
 # preprocessor_config.json, manifest.json, README.md, SHA256SUMS) and dist/NAME.tar.gz (reproducible);
