@@ -93,8 +93,11 @@ def build(form: str, width: int = HEADS * HEAD_DIM, heads: int = HEADS) -> onnx.
     names = ["query", "key", "value"]
     inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, "N", width]) for x in names]
     inputs.append(helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["I", 3]))
+    from builders.qwen_vl.segment_attention import CHUNK_ROWS
+
+    chunk = {"chunk": CHUNK_ROWS["contrib"]} if form == FORMS[0] else {}
     node = helper.make_node(proto.name, [*names, "grid_thw"], ["out"], domain=proto.domain, num_heads=heads,
-                            scale=(width // heads) ** -0.5, window=WINDOW)
+                            scale=(width // heads) ** -0.5, window=WINDOW, **chunk)
     graph = helper.make_graph([node], "window_attention", inputs,
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
     imports = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1),

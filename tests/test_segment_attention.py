@@ -82,13 +82,14 @@ def test_window_order_equals_transformers(pack):
     assert seg.segment_sizes(pack, WINDOW) == torch.diff(cu_windows).tolist()
 
 
-def _lowering_model(width: int, heads: int, scale: float, window: int = 0) -> onnx.ModelProto:
+def _lowering_model(width: int, heads: int, scale: float, window: int = 0, chunk: int = seg.CHUNK_ROWS["contrib"]
+                    ) -> onnx.ModelProto:
     """One call of the ONNX function: query, key, value [1, N, width], grid_thw [I, 3] -> [1, N, width]."""
     names = ["query", "key", "value"]
     inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, "N", width]) for x in names]
     inputs.append(helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["I", 3]))
     node = helper.make_node("SegmentAttention", [*names, "grid_thw"], ["out"], domain=seg.DOMAIN,
-                            num_heads=heads, scale=scale, window=window)
+                            num_heads=heads, scale=scale, window=window, chunk=chunk)
     graph = helper.make_graph([node], "lowering", inputs,
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
     imports = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1),
@@ -97,10 +98,12 @@ def _lowering_model(width: int, heads: int, scale: float, window: int = 0) -> on
                              ir_version=10)
 
 
+@pytest.mark.parametrize("chunk", [seg.CHUNK_ROWS["contrib"], 16, 5])
 @pytest.mark.parametrize("window", [0, 4, WINDOW])
-def test_onnx_lowering_equals_the_torch_op(window):
+def test_onnx_lowering_equals_the_torch_op(window, chunk):
+    """At the shipped step and at steps that split frames and windows into query chunks."""
     heads, width, scale = 4, 32, 0.125
-    session = ort.InferenceSession(_lowering_model(width, heads, scale, window).SerializeToString(),
+    session = ort.InferenceSession(_lowering_model(width, heads, scale, window, chunk).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     for pack in PACKS:
@@ -108,7 +111,7 @@ def test_onnx_lowering_equals_the_torch_op(window):
         q, k, v = (rng.standard_normal((1, n, width), dtype=np.float32) for _ in range(3))
         grid = np.asarray(pack, dtype=np.int64)
         (got,) = session.run(None, {"query": q, "key": k, "value": v, "grid_thw": grid})
-        expected = seg.segment_attention(*(torch.from_numpy(x) for x in (q, k, v, grid)), heads, scale, window)
+        expected = seg.segment_attention(*(torch.from_numpy(x) for x in (q, k, v, grid)), heads, scale, window, chunk)
         np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-5, err_msg=str(pack))
 
 

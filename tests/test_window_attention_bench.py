@@ -23,6 +23,6 @@ def test_padded_windows_equal_the_loop(pack):
     feed["grid_thw"] = np.asarray(pack, np.int64)
     loop, padded = (s.run(None, feed)[0] for s in sessions)
     expected = seg.segment_attention(*(torch.from_numpy(feed[x]) for x in ("query", "key", "value", "grid_thw")),
-                                     heads, (width // heads) ** -0.5, bench.WINDOW).numpy()
+                                     heads, (width // heads) ** -0.5, bench.WINDOW, 0).numpy()
     np.testing.assert_allclose(loop, expected, rtol=0, atol=1e-5)
     np.testing.assert_allclose(padded, expected, rtol=0, atol=1e-5)
