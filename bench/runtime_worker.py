@@ -1,7 +1,8 @@
 """A benchmark worker process: holds sessions of one runtime install and times runs on request (torch-free).
 
 `python -m bench.runtime_worker` reads one JSON command per line on stdin and answers one JSON line on stdout:
-  {"open": LABEL, "engine": "onnxruntime"|"openvino", "file": PATH, "threads": T, "precision": "f32"|"bf16"|null}
+  {"open": LABEL, "engine": "onnxruntime"|"openvino"|"reference", "file": PATH, "threads": T,
+   "precision": "f32"|"bf16"|null}   (reference: the ONNX reference evaluator, numpy, threads as numpy's BLAS has)
       -> {"ok": true, "version": the runtime's version}
   {"run": LABEL, "feeds": NPZ, "out": NPZ|null} -> {"ok": true, "seconds": wall time of one run}
       (the outputs are written to `out` when given)
@@ -20,7 +21,31 @@ import time
 import numpy as np
 
 
+class _Reference:
+    """onnx.reference.ReferenceEvaluator behind `run` / `get_outputs` (the file's outputs in order)."""
+
+    def __init__(self, path: str):
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        proto = onnx.load(path)
+        self.names = [o.name for o in proto.graph.output]
+        self.evaluator = ReferenceEvaluator(proto)
+
+    def get_outputs(self):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name=n) for n in self.names]
+
+    def run(self, names, feeds):
+        return self.evaluator.run(names, feeds)
+
+
 def _open(command: dict):
+    if command["engine"] == "reference":
+        import onnx
+
+        return _Reference(command["file"]), onnx.__version__
     if command["engine"] == "openvino":
         import openvino
 

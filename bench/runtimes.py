@@ -8,6 +8,8 @@ one 448x448 image and a 448x448 + 336x336 pack, random pixels on the grids Qwen'
                                  `pip install --target DIR onnxruntime==1.32.0`), run in a worker process
   OV f32 / bf16 fp32 file        OpenVINO on the fp32 file at each inference precision
   OV f32 / bf16 INT8 file        OpenVINO on the INT8 file
+  ... standard file              when BUILD/standard holds `make export OPS=standard`: that export (ai.onnx ops
+                                 only) in ONNX Runtime and OpenVINO
   ... (baseline)                 with `--baseline DIR`: ORT 1.31 on another build of the same model (the files
                                  before a change), for a no-regression check in the same run
 Each variant's accuracy: min per-token cosine of its outputs against ORT 1.31 fp32 at that layout. With
@@ -81,6 +83,12 @@ def variants(build: Path, baseline: Path | None, ort_next: bool) -> dict[str, di
         for precision in ("f32", "bf16"):
             out[f"OV {precision} {names[stage]} file"] = {"worker": "base", "engine": "openvino",
                                                            "file": files[stage], "precision": precision}
+    if (build / "standard" / "report.json").is_file():  # `make export OPS=standard`
+        standard = onnx_io.model_path(build / "standard")
+        out["ORT 1.31 standard file"] = {"worker": "base", "engine": "onnxruntime", "file": standard}
+        for precision in ("f32", "bf16"):
+            out[f"OV {precision} standard file"] = {"worker": "base", "engine": "openvino", "file": standard,
+                                                    "precision": precision}
     if baseline is not None:
         out.update({f"ORT 1.31 {names[s]} (baseline)": {"worker": "base", "engine": "onnxruntime",
                                                         "file": onnx_io.model_path(baseline / s)} for s in files})
@@ -115,6 +123,15 @@ def time_point(workers: dict, specs: dict, threads: int, feeds: Path, reps: int,
         workers[spec["worker"]].ask(close=label)
     return {label: {"median_s": statistics.median(t), "times_s": [round(x, 4) for x in t],
                     "min_token_cosine": min_cosine(outs[label], outs[REFERENCE])} for label, t in times.items()}
+
+
+def reference_point(worker: Worker, standard: Path, feeds: Path, tmp: Path) -> dict:
+    """One run of the ONNX reference evaluator on the standard export (numpy; slow, so not interleaved), and its
+    min per-token cosine against ORT 1.31 fp32 on the same feeds."""
+    worker.ask(open="reference", engine="reference", file=str(standard))
+    seconds = worker.ask(run="reference", feeds=str(feeds), out=str(tmp / "reference.npz"))["seconds"]
+    worker.ask(close="reference")
+    return {"seconds": seconds, "min_token_cosine": min_cosine(tmp / "reference.npz", tmp / "out-0.npz")}
 
 
 def accuracy_at_validation_layouts(worker: Worker, fp32: Path, tmp: Path) -> list[dict]:
@@ -157,6 +174,11 @@ def markdown(result: dict) -> str:
             lines.append(f"| {label} | {v['median_s']:.3f} | {base / v['median_s']:.2f}× | "
                          f"{v['min_token_cosine']:.5f} |")
         lines.append("")
+    if result.get("reference"):
+        r = result["reference"]
+        lines += ["## The ONNX reference evaluator on the standard export", "",
+                  f"One run at {r['layout']} (numpy, as many threads as its BLAS takes): {r['seconds']:.1f} s, min "
+                  f"per-token cosine {r['min_token_cosine']:.6f} against {REFERENCE}.", ""]
     if result.get("accuracy"):
         rows = result["accuracy"]
         lines += ["## OpenVINO on the fp32 file at every validation layout", "",
@@ -176,6 +198,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--accuracy", action="store_true", help="also OpenVINO at every validation layout")
+    parser.add_argument("--reference", action="store_true",
+                        help="also one run of the ONNX reference evaluator on BUILD/standard at 448x448")
     parser.add_argument("--suffix", default="", help="results file suffix (runtimes-SUFFIX.json)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
@@ -200,6 +224,14 @@ def main(argv=None) -> int:
                     result["points"].append({"layout": name, "threads": threads, "variants": point})
                     for label, v in point.items():
                         say(f"  {label}: {v['median_s']:.3f} s, cosine {v['min_token_cosine']:.5f}", TAG)
+            standard = args.build / "standard"
+            if args.reference and (standard / "report.json").is_file():
+                feeds = layout_feeds(LAYOUTS["448x448"], patch_dim, tmp, "reference")
+                point = time_point(workers, {REFERENCE: specs[REFERENCE]}, 1, feeds, 1, tmp)  # out-0.npz: ORT
+                result["reference"] = {"layout": "448x448", **reference_point(workers["base"],
+                                                                            onnx_io.model_path(standard), feeds, tmp)}
+                say(f"reference evaluator, 448x448: {result['reference']['seconds']:.1f} s, cosine "
+                    f"{result['reference']['min_token_cosine']:.6f} (ORT fp32 {point[REFERENCE]['median_s']:.2f} s)", TAG)
             if args.accuracy:
                 result["accuracy"] = accuracy_at_validation_layouts(workers["base"], fp32, tmp)
     finally:
