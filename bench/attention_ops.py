@@ -22,7 +22,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from bench.scale_point import peak_rss_mib, rss_mib
+from bench.scale_point import rss_mib
+from core.report import peak_rss_mib
 from bench.timing import load_average
 from core.machine import describe, machine
 from core.session import ORT_ERRORS

@@ -195,8 +195,10 @@ def render(summaries: dict[str, dict], timings: dict, memory: dict, facts: dict)
         "# The Qwen generations and Phi-4-multimodal through the same pipeline",
         "",
         (f"Written by `make compare` (`python -m bench.compare`) on {facts['machine']}, {facts['created']}, from "
-        "the stage folders of `make export` for each model (random weights at the published dims) and latency "
-        f"measured in this run: {facts['threads']} thread(s), median of {facts['reps']} runs after a warm-up, "
+        "the stage folders of `make export` for each model (random weights at the published dims); "
+        + (f"latency measured in the run of {facts['latency_from']} (`--latency-from`; the rest in this one): "
+           if facts.get("latency_from") else "latency measured in this run: ")
+        + f"{facts['threads']} thread(s), median of {facts['reps']} runs after a warm-up, "
         "all points interleaved. Latency is of one random RGB image through the family's own processor."),
         "",
         "## Export and graphs",
@@ -255,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--build", type=Path, default=ROOT / "build", help="folder holding build/MODEL/<stage>/")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "comparison.md")
+    parser.add_argument("--latency-from", type=Path,
+                        help="take the latency of an earlier run's JSON (same models) and measure only the rest")
 
     def body() -> int:
         args = parser.parse_args(argv)
@@ -267,10 +271,18 @@ def main(argv: list[str] | None = None) -> int:
             models[name] = {"stages": stages,
                             "feeds": image_feeds(export["family"], export, stages["optimized"]["model"])}
         summaries = {n: summarize(n, m["stages"]) for n, m in models.items()}
-        timings = time_all(models, args.threads, args.reps)
-        memory = runtime_memory(models, args.threads)
         facts = {"machine": describe(machine()), "created": time.strftime("%Y-%m-%d"), "threads": args.threads,
                  "reps": args.reps}
+        if args.latency_from:
+            earlier = json.loads(args.latency_from.read_text())
+            if set(earlier["latency"]) != set(models):
+                raise UsageError(f"{args.latency_from} times {sorted(earlier['latency'])}, not {sorted(models)}")
+            timings = earlier["latency"]
+            facts.update(threads=earlier["facts"]["threads"], reps=earlier["facts"]["reps"],
+                         latency_from=f"{earlier['facts']['created']}, {earlier['facts']['machine']}")
+        else:
+            timings = time_all(models, args.threads, args.reps)
+        memory = runtime_memory(models, args.threads)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(render(summaries, timings, memory, facts) + "\n")
         results = args.out.with_suffix(".json")

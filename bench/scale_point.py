@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bench.timing import pixels
+from core.report import peak_rss_mib
 from core.session import ORT_ERRORS, open_session
 
 
@@ -24,10 +25,6 @@ def rss_mib() -> float:
     """Current resident memory of this process, MiB (/proc/self/statm, pages)."""
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     return pages * resource.getpagesize() / 2**20
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def timed(run) -> float:

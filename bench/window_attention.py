@@ -27,7 +27,7 @@ from onnxscript import FLOAT, INT64
 from onnxscript import opset18 as op
 from onnxscript.values import Opset
 
-from bench.scale_point import peak_rss_mib
+from core.report import peak_rss_mib
 from bench.timing import interleaved, load_average, write_results
 from core.machine import describe, machine
 

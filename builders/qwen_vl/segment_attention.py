@@ -110,15 +110,17 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
         attended = _msft.MultiHeadAttention(op.Slice(query, start, end, [1]), op.Slice(key, kv_start, kv_end, [1]),
                                             op.Slice(value, kv_start, kv_end, [1]), num_heads=num_heads,
                                             scale=scale)  # [1, rows, C]
-        short = op.Sub(q_rows, op.Sub(end, start))  # [1] padding rows
-        padded = op.Pad(attended, op.Concat([0, 0, 0, 0], short, [0], axis=0))  # [1, Q, C]
-        return op.Identity(cond), padded
+        # the rows attended, counted from the tensor: a grid_thw that claims more rows than the pack holds gets
+        # shorter slices, and the step's output still has Q rows (what the ops after make of such input is theirs)
+        rows = op.Shape(attended, start=1, end=2)  # [1]
+        padded = op.Pad(attended, op.Concat([0, 0, 0, 0], op.Sub(q_rows, rows), [0], axis=0))  # [1, Q, C]
+        return op.Identity(cond), padded, rows
 
     # An explicit (always true) condition: ORT's symbolic shape inference needs the Loop's second input.
-    stacked = op.Loop(chunks, op.Constant(value=True), body=chunk_step)  # [C, 1, Q, C]
+    stacked, attended_rows = op.Loop(chunks, op.Constant(value=True), body=chunk_step)  # [C, 1, Q, C], [C, 1]
     width = op.Shape(query, start=2, end=3)
     flat = op.Reshape(stacked, op.Concat([-1], width, axis=0))  # [C * Q, C]
-    real = op.Less(op.Unsqueeze(op.Range(0, q, 1), [0]), op.Unsqueeze(op.Sub(q_ends, q_starts), [1]))  # [C, Q]
+    real = op.Less(op.Unsqueeze(op.Range(0, q, 1), [0]), attended_rows)  # [C, Q]: the rows that are not padding
     return op.Unsqueeze(op.Compress(flat, op.Reshape(real, [-1]), axis=0), [0])  # [1, N, C]
 
 
