@@ -63,13 +63,16 @@ def _half_table(table: ir.Value) -> tuple[ir.Value, tuple | None] | None:
     return concat.inputs[0], permutation
 
 
-def _cache(op, table: ir.Value) -> ir.Value:
-    """The RotaryEmbedding cache [N, D/2] of a matched cos/sin table: t, permuted as the table's rows were."""
+def _cache(op, table: ir.Value, width: int) -> ir.Value:
+    """The RotaryEmbedding cache [N, D/2 = width] of a matched cos/sin table: t, permuted as the table's rows were
+    (reshaped back to the constant [-1, width], the same rows as the table's own [N, -1]: a runtime that infers
+    shapes itself, OpenVINO, then knows the cache's width, which its RotaryEmbedding needs)."""
     half, permutation = _half_table(table)
     if permutation is None:
         return half
-    shape1, index, shape2 = permutation
-    return op.Reshape(op.Gather(op.Reshape(half, shape1), index, axis=0), shape2)
+    shape1, index, _ = permutation
+    rows = op.Constant(value=ir.tensor(np.array([-1, width], dtype=np.int64)))
+    return op.Reshape(op.Gather(op.Reshape(half, shape1), index, axis=0), rows)
 
 
 class RotaryEmbedding2D(RewriteRuleClassBase):
@@ -108,7 +111,7 @@ class RotaryEmbedding2D(RewriteRuleClassBase):
         zero, one = (op.Constant(value=ir.tensor(np.array(v, dtype=np.int64))) for v in (0, 1))
         position_ids = op.Unsqueeze(op.Range(zero, num_patches, one),
                                     op.Constant(value=ir.tensor(np.array([0], dtype=np.int64))))
-        cos_cache, sin_cache = _cache(op, cos), _cache(op, sin)
+        cos_cache, sin_cache = _cache(op, cos, x.shape[2] // 2), _cache(op, sin, x.shape[2] // 2)
         return op.RotaryEmbedding(op.Reshape(x, shape), position_ids, cos_cache, sin_cache,
                                   num_heads=heads, interleaved=0, _domain="com.microsoft")
 
