@@ -1,8 +1,10 @@
 """`python -m bench.runtimes --build build/qwen3-vl-2b`: the same files in ONNX Runtime 1.31.1 / 1.32.0 and OpenVINO.
 
-On the stage folders of one `make export` (optimized = the fp32 variant, int8, int4), at each `--layout` (default:
-one 448x448 image and a 448x448 + 336x336 pack, random pixels on the grids Qwen's processor gives) and each
-`--threads` count, one run of every variant interleaved with the others, `--reps` rounds after a warm-up:
+On the stage folders of one `make export` (optimized = the fp32 variant, int8, int4), in groups of variants that
+are open at once and interleaved (all at once do not fit in 24 GB; each group holds ORT 1.31 fp32, the reference):
+group `runtimes` at each `--layout` (default: one 448x448 image and a 448x448 + 336x336 pack, random pixels on the
+grids Qwen's processor gives) and each `--threads` count; groups `standard` and `baseline` at 448x448, one thread.
+`--reps` rounds after a warm-up; the variants:
   ORT 1.31 fp32 / INT8 / INT4    the shipped variants in this venv's ONNX Runtime
   ORT 1.32 fp32 / INT8 / INT4    the same files in ONNX Runtime 1.32.0 (`--ort-next DIR`: a folder holding it,
                                  `pip install --target DIR onnxruntime==1.32.0`), run in a worker process
@@ -71,28 +73,35 @@ class Worker:
         self.process.wait(timeout=120)
 
 
-def variants(build: Path, baseline: Path | None, ort_next: bool) -> dict[str, dict]:
-    """{label: {worker, engine, file, precision}}: worker 'base' (this venv), 'next' (ORT 1.32) or 'baseline'."""
+def variant_groups(build: Path, baseline: Path | None, ort_next: bool) -> dict[str, dict[str, dict]]:
+    """{group: {label: {worker, engine, file, precision}}} (worker 'base': this venv, 'next': ORT 1.32). A group's
+    variants are open at once and interleaved; every group holds the reference (ORT 1.31 fp32), so its cosines
+    and speed-ups are against the same outputs. Groups keep memory bounded: all 2B sessions at once do not fit
+    in 24 GB (measured: the worker was killed at 21 GB)."""
     files = {stage: onnx_io.model_path(build / stage) for stage in ("optimized", "int8", "int4")}
     names = {"optimized": "fp32", "int8": "INT8", "int4": "INT4"}
-    out = {f"ORT 1.31 {names[s]}": {"worker": "base", "engine": "onnxruntime", "file": f} for s, f in files.items()}
+    ours = {f"ORT 1.31 {names[s]}": {"worker": "base", "engine": "onnxruntime", "file": f} for s, f in files.items()}
+    reference = {REFERENCE: ours[REFERENCE]}
+    runtimes = dict(ours)
     if ort_next:
-        out.update({f"ORT 1.32 {names[s]}": {"worker": "next", "engine": "onnxruntime", "file": f}
-                    for s, f in files.items()})
+        runtimes.update({f"ORT 1.32 {names[s]}": {"worker": "next", "engine": "onnxruntime", "file": f}
+                         for s, f in files.items()})
     for stage in ("optimized", "int8"):
         for precision in ("f32", "bf16"):
-            out[f"OV {precision} {names[stage]} file"] = {"worker": "base", "engine": "openvino",
-                                                           "file": files[stage], "precision": precision}
+            runtimes[f"OV {precision} {names[stage]} file"] = {"worker": "base", "engine": "openvino",
+                                                                "file": files[stage], "precision": precision}
+    groups = {"runtimes": runtimes}
     if (build / "standard" / "report.json").is_file():  # `make export OPS=standard`
         standard = onnx_io.model_path(build / "standard")
-        out["ORT 1.31 standard file"] = {"worker": "base", "engine": "onnxruntime", "file": standard}
+        groups["standard"] = {**reference, "ORT 1.31 standard file": {"worker": "base", "engine": "onnxruntime",
+                                                                      "file": standard}}
         for precision in ("f32", "bf16"):
-            out[f"OV {precision} standard file"] = {"worker": "base", "engine": "openvino", "file": standard,
-                                                    "precision": precision}
+            groups["standard"][f"OV {precision} standard file"] = {"worker": "base", "engine": "openvino",
+                                                                   "file": standard, "precision": precision}
     if baseline is not None:
-        out.update({f"ORT 1.31 {names[s]} (baseline)": {"worker": "base", "engine": "onnxruntime",
-                                                        "file": onnx_io.model_path(baseline / s)} for s in files})
-    return out
+        groups["baseline"] = {**ours, **{f"ORT 1.31 {names[s]} (baseline)": {
+            "worker": "base", "engine": "onnxruntime", "file": onnx_io.model_path(baseline / s)} for s in files}}
+    return groups
 
 
 def layout_feeds(layout: list[tuple[int, int]], patch_dim: int, folder: Path, name: str) -> Path:
@@ -167,7 +176,7 @@ def markdown(result: dict) -> str:
               f"{result['reps']} rounds, every variant interleaved with the others; cosine: min per-token cosine "
               f"against {REFERENCE} at that layout; × = speed-up over {REFERENCE}."), ""]
     for point in result["points"]:
-        lines += [f"## {point['layout']}, {point['threads']} thread(s)", "",
+        lines += [f"## {point['group']}: {point['layout']}, {point['threads']} thread(s)", "",
                   "| variant | median (s) | × vs ORT 1.31 fp32 | min per-token cosine |", "|---|---:|---:|---:|"]
         base = point["variants"][REFERENCE]["median_s"]
         for label, v in point["variants"].items():
@@ -200,6 +209,8 @@ def main(argv=None) -> int:
     parser.add_argument("--accuracy", action="store_true", help="also OpenVINO at every validation layout")
     parser.add_argument("--reference", action="store_true",
                         help="also one run of the ONNX reference evaluator on BUILD/standard at 448x448")
+    parser.add_argument("--groups", nargs="+", choices=("runtimes", "standard", "baseline"),
+                        help="only these groups of variants (default: every group the folders allow)")
     parser.add_argument("--suffix", default="", help="results file suffix (runtimes-SUFFIX.json)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
@@ -209,21 +220,29 @@ def main(argv=None) -> int:
     patch_dim = int(onnx_io.read_proto(fp32).graph.input[0].type.tensor_type.shape.dim[1].dim_value)
     result = {"argv": argv_shown, "machine": machine(), "model": metadata.get("model"), "reps": args.reps,
               "load_average_start": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "points": []}
-    specs = variants(args.build, args.baseline, args.ort_next is not None)
+    groups = variant_groups(args.build, args.baseline, args.ort_next is not None)
+    specs = groups["runtimes"]
+    if args.groups:
+        groups = {name: group for name, group in groups.items() if name in args.groups}
     workers = {"base": Worker()}
     if args.ort_next is not None:
         workers["next"] = Worker(str(args.ort_next))
     try:
         with tempfile.TemporaryDirectory(prefix="bench-runtimes-") as tmp:
             tmp = Path(tmp)
-            for name in args.layout or list(LAYOUTS):
-                feeds = layout_feeds(LAYOUTS[name], patch_dim, tmp, name.replace(" ", ""))
-                for threads in args.threads:
-                    say(f"{name}, {threads} thread(s): {len(specs)} variants ...", TAG)
-                    point = time_point(workers, specs, threads, feeds, args.reps, tmp)
-                    result["points"].append({"layout": name, "threads": threads, "variants": point})
-                    for label, v in point.items():
-                        say(f"  {label}: {v['median_s']:.3f} s, cosine {v['min_token_cosine']:.5f}", TAG)
+            for group, specs in groups.items():
+                # the runtimes at every layout and thread count; the standard file and the baseline where the
+                # issue asks for them: 448x448, one thread
+                layouts = (args.layout or list(LAYOUTS)) if group == "runtimes" else ["448x448"]
+                for name in layouts:
+                    feeds = layout_feeds(LAYOUTS[name], patch_dim, tmp, name.replace(" ", ""))
+                    for threads in (args.threads if group == "runtimes" else [1]):
+                        say(f"{group}: {name}, {threads} thread(s): {len(specs)} variants ...", TAG)
+                        point = time_point(workers, specs, threads, feeds, args.reps, tmp)
+                        result["points"].append({"group": group, "layout": name, "threads": threads,
+                                                 "variants": point})
+                        for label, v in point.items():
+                            say(f"  {label}: {v['median_s']:.3f} s, cosine {v['min_token_cosine']:.5f}", TAG)
             standard = args.build / "standard"
             if args.reference and (standard / "report.json").is_file():
                 feeds = layout_feeds(LAYOUTS["448x448"], patch_dim, tmp, "reference")

@@ -5,9 +5,9 @@ opened; `Engine.open(model, threads)` gives an ONNX Runtime session or an `OpenV
 `run` / `get_inputs` / `get_outputs` surface.
 
 OpenVINO's default precision (`--precision` not given) is bf16 where OpenVINO can compute in bf16 on this CPU,
-else f32: measured at published dims on every validation layout of the Qwen3-VL-2B and Phi-4-multimodal
-packages, bf16 keeps the min per-token cosine against fp32 above BF16_FLOOR (docs/runtime-openvino.md,
-bench/results/openvino.md), at 1.7-1.9x the speed of f32.
+else f32: measured at Qwen3-VL-2B dims at every validation layout of its optimized stage, bf16 keeps the min
+per-token cosine against fp32 above BF16_FLOOR, at 2.6-2.9x the speed of f32 on an Intel Xeon with AMX
+(docs/runtime-openvino.md, bench/results/runtimes.md); `runtime verify` checks each package in bf16 at the floor.
 """
 
 from __future__ import annotations
