@@ -23,9 +23,9 @@ import onnx
 from onnx import TensorProto, helper
 
 from bench.scale_point import rss_mib
-from core.report import peak_rss_mib
 from bench.timing import load_average
 from core.machine import describe, machine
+from core.report import peak_rss_mib
 from core.session import ORT_ERRORS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -186,8 +186,8 @@ def markdown(result: dict) -> str:
     if result.get("reference"):
         r = result["reference"]
         lines += ["## The ONNX reference evaluator on the standard export", "",
-                  f"One run at {r['layout']} (numpy, as many threads as its BLAS takes): {r['seconds']:.1f} s, min "
-                  f"per-token cosine {r['min_token_cosine']:.6f} against {REFERENCE}.", ""]
+                  (f"One run at {r['layout']} (numpy, as many threads as its BLAS takes): {r['seconds']:.1f} s, min "
+                   f"per-token cosine {r['min_token_cosine']:.6f} against {REFERENCE}."), ""]
     if result.get("accuracy"):
         rows = result["accuracy"]
         lines += ["## OpenVINO on the fp32 file at every validation layout", "",

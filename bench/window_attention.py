@@ -27,9 +27,9 @@ from onnxscript import FLOAT, INT64
 from onnxscript import opset18 as op
 from onnxscript.values import Opset
 
-from core.report import peak_rss_mib
 from bench.timing import interleaved, load_average, write_results
 from core.machine import describe, machine
+from core.report import peak_rss_mib
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS, HEAD_DIM, WINDOW = 16, 80, 8

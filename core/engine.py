@@ -58,6 +58,10 @@ class Engine:
         return f"{self.name} {self.precision or default_precision()}"
 
 
+#: What a session opens with when no engine is given: ONNX Runtime.
+DEFAULT = Engine()
+
+
 def add_arguments(parser, also: tuple[str, ...] = (), also_help: str = "") -> None:
     """--engine and --precision (`also`: more --engine values the command takes, explained by `also_help`)."""
     parser.add_argument("--engine", choices=(*ENGINES, *also), default="onnxruntime",

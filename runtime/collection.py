@@ -75,7 +75,7 @@ class Embedder:
     [tokens, hidden]) then the DeepStack output names to keep (each [tokens, hidden])."""
 
     def __init__(self, folder: str, variant: str, threads: int | None, max_tokens: int, columns: list[str],
-                 checksum: str, engine: engines.Engine = engines.Engine()):
+                 checksum: str, engine: engines.Engine = engines.DEFAULT):
         self.folder = Path(folder)
         manifest = embed.read_manifest(self.folder)
         self.family = manifest["family"]

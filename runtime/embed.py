@@ -112,7 +112,7 @@ def _earlier_result(path: Path) -> bool:
 
 
 def embed(image_args: list[str], video_args: list[str], package: Path, variant: str, out: Path,
-          threads: int | None = None, force: bool = False, engine: Engine = Engine()) -> dict[str, np.ndarray]:
+          threads: int | None = None, force: bool = False, engine: Engine = engines.DEFAULT) -> dict[str, np.ndarray]:
     """Preprocess, run (on `engine`) and write OUT.npz; returns what was written."""
     image_paths = images.expand(image_args)
     frame_paths = images.expand(video_args)

@@ -23,7 +23,7 @@ from families import validation as layouts_mod
 
 pytest.importorskip("openvino", reason="the openvino extra is not installed (make install installs it)")
 
-from core.openvino_session import OpenVINOSession  # noqa: E402 -- after the skip
+from core.openvino_session import OpenVINOSession
 
 #: (config, extra export flags) of the exports built here; the Qwen3-VL TorchScript/dynamo ones come from conftest.
 EXPORTS = {
@@ -90,7 +90,7 @@ def check_against_eager(run, folder, indices=None) -> int:
 @pytest.mark.parametrize("name", ["qwen3-vl torchscript", "qwen3-vl dynamo", *EXPORTS])
 def test_openvino_runs_the_export_at_every_layout(exports, name):
     session = OpenVINOSession(exports[name] / "model.onnx", threads=1, precision="f32")
-    report, layouts, _ = layout_cases(exports[name])
+    _, layouts, _ = layout_cases(exports[name])
     cases = " ".join(layout["case"] for layout in layouts)
     if name.startswith("qwen"):  # the layouts where OpenVINO's Loop went wrong are among them
         assert "pack" in cases and "video" in cases and "same" in cases, cases

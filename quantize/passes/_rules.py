@@ -32,3 +32,31 @@ def apply(rules: RewriteRuleSet, model: ir.Model) -> int:
     count = rules.apply_to_model(model)
     common_passes.RemoveUnusedNodesPass()(model)
     return count
+
+
+def replace_node(graph: ir.Graph, node: ir.Node, new_nodes: list[ir.Node], out: ir.Value) -> None:
+    """Put `new_nodes` before `node` in `graph`, `out` (one of their outputs) in place of the node's first output
+    (its readers, a graph output, its shape, type and name), and remove `node`."""
+    old = node.outputs[0]
+    out.shape, out.type = old.shape, old.type
+    graph.insert_before(node, new_nodes)
+    ir.convenience.replace_all_uses_with(old, out, replace_graph_outputs=True)
+    name, old.name = old.name, None
+    graph.remove(node, safe=True)
+    out.name = name  # the replaced node's output keeps its name
+
+
+def replace_each(nodes: list[ir.Node], kind: str, refusal, replace, refused: dict[str, str] | None) -> int:
+    """For each node: `replace(node, base)` (base: its name, else KIND_i) unless `refusal(node)` gives a reason,
+    recorded in `refused` (when given) under that base. Returns how many were replaced."""
+    count = 0
+    for i, node in enumerate(nodes):
+        base = node.name or f"{kind}_{i}"
+        reason = refusal(node)
+        if reason is not None:
+            if refused is not None:
+                refused[base] = reason
+            continue
+        replace(node, base)
+        count += 1
+    return count

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from quantize.passes import _rules
+
 DOMAIN = "com.microsoft"
 KNOWN = {"num_heads", "scale"}
 
@@ -80,31 +82,17 @@ def lower(graph: ir.Graph, node: ir.Node, base: str) -> None:
     scores = add("Mul", [add("MatMul", [qh, kt], "scores"), factor.outputs[0]], "scaled")
     attended = add("MatMul", [add("Softmax", [scores], "probs", axis=-1), vh], "attended")
     out = add("Reshape", [add("Transpose", [attended], "bshd", perm=[0, 2, 1, 3]), merged.outputs[0]], "out")
-    old = node.outputs[0]
-    out.shape, out.type = old.shape, old.type
-    graph.insert_before(node, nodes)
-    ir.convenience.replace_all_uses_with(old, out, replace_graph_outputs=True)
-    name, old.name = old.name, None
-    graph.remove(node, safe=True)
-    out.name = name
+    _rules.replace_node(graph, node, nodes, out)
 
 
 def apply(model: ir.Model, refused: dict[str, str] | None = None) -> int:
     """Lower every com.microsoft MultiHeadAttention that can be, in the main graph and its subgraphs; return how
     many. `refused`, when given, receives {node name: reason} for each left as it is. The com.microsoft import
     is dropped when no node of that domain is left."""
-    count = 0
     targets = [n for n in ir.traversal.RecursiveGraphIterator(model.graph)
                if n.op_type == "MultiHeadAttention" and n.domain == DOMAIN]
-    for i, node in enumerate(targets):
-        base = node.name or f"MultiHeadAttention_{i}"
-        reason = refusal(node)
-        if reason is not None:
-            if refused is not None:
-                refused[base] = reason
-            continue
-        lower(node.graph, node, base)
-        count += 1
+    count = _rules.replace_each(targets, "MultiHeadAttention", refusal,
+                                lambda node, base: lower(node.graph, node, base), refused)
     if not any(n.domain == DOMAIN for n in ir.traversal.RecursiveGraphIterator(model.graph)):
         model.opset_imports.pop(DOMAIN, None)
     return count

@@ -128,13 +128,7 @@ def unfuse(graph: ir.Graph, node: ir.Node, base: str) -> None:
         mha_inputs.pop()
     mha = ir.Node(DOMAIN, "MultiHeadAttention", mha_inputs, attributes, name=f"{base}/MultiHeadAttention",
                   num_outputs=1)
-    out, old = mha.outputs[0], node.outputs[0]
-    out.shape, out.type = old.shape, old.type
-    graph.insert_before(node, [*matmuls, mha])
-    ir.convenience.replace_all_uses_with(old, out, replace_graph_outputs=True)
-    name, old.name = old.name, None
-    graph.remove(node, safe=True)
-    out.name = name  # the attention's output keeps its name
+    _rules.replace_node(graph, node, [*matmuls, mha], mha.outputs[0])
     if not weights.uses() and not weights.is_graph_output() and weights.name in graph.initializers:
         del graph.initializers[weights.name]  # the packed weight, now split
 
@@ -144,14 +138,5 @@ def apply(model: ir.Model, refused: dict[str, str] | None = None) -> int:
 
     `refused`, when given, receives {node name: reason} for each Attention left as it is."""
     graph = model.graph
-    count = 0
-    for i, node in enumerate([n for n in graph if n.op_type == "Attention" and n.domain == DOMAIN]):
-        base = node.name or f"Attention_{i}"
-        reason = refusal(node)
-        if reason is not None:
-            if refused is not None:
-                refused[base] = reason
-            continue
-        unfuse(graph, node, base)
-        count += 1
-    return count
+    targets = [n for n in graph if n.op_type == "Attention" and n.domain == DOMAIN]
+    return _rules.replace_each(targets, "Attention", refusal, lambda node, base: unfuse(graph, node, base), refused)
