@@ -82,7 +82,8 @@ class OpenVINOSession:
         try:
             self.compiled = ov.Core().compile_model(str(path), "CPU", config)
         except RuntimeError as err:
-            raise UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())[:400]}") from None
+            # whole, on one line: OpenVINO names the failing op at the end of a long message
+            raise UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())}") from None
         self.request = self.compiled.create_infer_request()
         self._inputs = [_port(p) for p in self.compiled.inputs]
         self._outputs = [_port(p) for p in self.compiled.outputs]
