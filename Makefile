@@ -59,7 +59,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # export -> surgery (the family's checks: Qwen3-VL debake + audit + claims, Phi-4-multimodal claims) -> optimize
-# (the family's passes) -> int8, int4 (FP16=1: and fp16, docs/fp16.md), each stage into build/MODEL/<stage>/
+# (the family's passes) -> int8, int4 (FP16=1: and fp16 and q4f16, docs/fp16.md), each stage into build/MODEL/<stage>/
 # (model + self-contained report.json).
 EXPORT_ARGS = $(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,x)),--model $(MODEL)) \
 	$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo)
@@ -74,6 +74,7 @@ else
 	$(PY) -m quantize int8 $(BUILD)/optimized $(BUILD)/int8 $(int8_flags)
 	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(int4_flags)
 	$(if $(FP16),$(PY) -m quantize fp16 $(BUILD)/optimized $(BUILD)/fp16)
+	$(if $(FP16),$(PY) -m quantize q4f16 $(BUILD)/optimized $(BUILD)/q4f16)
 endif
 
 # Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,

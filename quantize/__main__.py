@@ -1,4 +1,4 @@
-"""`python -m quantize {optimize,int8,int4,fp16} IN OUT ...`: the optimize, INT8, INT4 and fp16 stages.
+"""`python -m quantize {optimize,int8,int4,fp16,q4f16} IN OUT ...`: the optimize, INT8, INT4, fp16 and q4f16 stages.
 
 IN is a model.onnx (or a stage folder holding one); OUT is a stage folder that receives model.onnx
 (+ model.onnx.data when large) and report.json. Exit 0 on success, 1 when a pass breaks parity
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
-from quantize import fp16, fp16_plan, int4, int8, optimize, outlier_channels, outlier_check, quantizers
+from quantize import fp16, fp16_plan, int4, int8, optimize, outlier_channels, outlier_check, q4f16, quantizers
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -21,7 +21,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     int8_cmd = commands.add_parser("int8", help="weight INT8 (dynamic MatMulInteger, or MatMulNBits 8-bit)")
     int4_cmd = commands.add_parser("int4", help="weight-only INT4 (MatMulNBits)")
     fp16_cmd = commands.add_parser("fp16", help="float16 weights and activations, float32 where they would overflow")
-    for sub in (opt, int8_cmd, int4_cmd, fp16_cmd):
+    q4f16_cmd = commands.add_parser("q4f16", help="the INT4 variant's 4-bit weights under float16 activations (WebGPU)")
+    for sub in (opt, int8_cmd, int4_cmd, fp16_cmd, q4f16_cmd):
         sub.add_argument("input", type=Path, metavar="IN", help="model.onnx or a stage folder")
         sub.add_argument("out", type=Path, metavar="OUT", help="output stage folder")
         sub.add_argument("--threads", type=int, default=0, help="ORT intra-op threads for the checks (0: all)")
@@ -53,7 +54,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")
     add_int8_options(int8_cmd)
     add_outlier_options(int4_cmd, "report")
-    add_fp16_options(fp16_cmd)
+    add_fp16_options(fp16_cmd, fp16.DEFAULT_MIN_COSINE)
+    add_fp16_options(q4f16_cmd, q4f16.DEFAULT_MIN_COSINE)
+    q4f16_cmd.add_argument("--int4", type=Path, metavar="FOLDER",
+                           help="the int4 stage whose weights recipe to take (default: the int4 folder beside IN)")
     args = parser.parse_args(argv)
     if args.command == "int8":
         check_int8_options(args)
@@ -116,11 +120,11 @@ def add_int8_options(sub: argparse.ArgumentParser) -> None:
     add_outlier_options(sub, "exclude")
 
 
-def add_fp16_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--min-cosine", type=float, default=fp16.DEFAULT_MIN_COSINE, metavar="COS",
+def add_fp16_options(sub: argparse.ArgumentParser, min_cosine: float) -> None:
+    sub.add_argument("--min-cosine", type=float, default=min_cosine, metavar="COS",
                      help="refuse (exit 2, nothing written) when the min per-token cosine against fp32, over the "
                           "validation layouts, emulated and on the CPU EP, of the model and of its outlier-stress "
-                          f"copy, is below COS (default {fp16.DEFAULT_MIN_COSINE}; 0: no floor)")
+                          f"copy, is below COS (default {min_cosine}; 0: no floor)")
     sub.add_argument("--headroom", type=float, default=fp16_plan.DEFAULT_HEADROOM, metavar="H",
                      help="keep float32 every node whose tensors reach max |x| > 65504 / H at the calibration "
                           f"layouts (default {fp16_plan.DEFAULT_HEADROOM:g})")
@@ -162,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "fp16":
             fp16.run(args.input, args.out, args.threads, args.force, args.min_cosine, args.headroom, args.exclude,
                      args.outliers)
+        elif args.command == "q4f16":
+            q4f16.run(args.input, args.out, args.int4, args.threads, args.force, args.min_cosine, args.headroom,
+                      args.exclude, args.outliers)
         else:
             int4.run(args.input, args.out, args.block_size, args.symmetric, args.accuracy_level,
                      args.exclude, args.threads, force=args.force, outliers=args.outliers,

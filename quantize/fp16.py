@@ -33,8 +33,8 @@ from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
-from quantize import fp16_emulation, fp16_plan, outlier_check, stage, weight_stage
-from quantize.passes import elem_types, float16
+from quantize import fp16_emulation, fp16_plan, outlier_check, quantizers, stage, weight_stage
+from quantize.passes import elem_types, float16, unfuse_attention
 
 STAGE = "fp16"
 #: The min per-token cosine against fp32 the fp16 model must reach by default (issue 18's floor).
@@ -104,7 +104,7 @@ def _measure(source: stage.StageInput, fp32_file: Path, stressed: Path | None, d
              threads: int, timings: dict) -> dict[str, dict[str, float]]:
     """{"model": peaks[, "outlier-stress copy": peaks]}: max |x| of every candidate's tensors at `feeds`."""
     with step("max |x| of every float16 candidate's tensors at the calibration layouts", timings):
-        model = source.model
+        model = source.model if source.model is not None else onnx_io.load(fp32_file)
         names = fp16_plan.tap_names(model, fp16_plan.candidates(model, fp16_plan.data_path(model, data_input)))
         source.model = None  # one copy of the weights in memory at a time: the rest reads the files
         del model
@@ -114,14 +114,15 @@ def _measure(source: stage.StageInput, fp32_file: Path, stressed: Path | None, d
     return measured
 
 
-def _stress_check(stressed: Path, record: dict, plan: fp16_plan.Plan, source: stage.StageInput, settings: dict,
-                  outliers: str, threads: int, timings: dict) -> dict:
-    """The stress copy converted with the same plan (`settings`: `_convert`'s), against its fp32 self at every
-    layout, emulated and on the CPU EP: the report's `outlier_stress`."""
+def _stress_check(stressed: Path, base: Path, record: dict, plan: fp16_plan.Plan, source: stage.StageInput,
+                  settings: dict, outliers: str, threads: int, timings: dict) -> dict:
+    """The stress copy `base` (`stressed` itself, or its quantized weights) converted with the same plan
+    (`settings`: `_convert`'s), against `stressed`'s fp32 outputs at every layout, emulated and on the CPU EP: the
+    report's `outlier_stress`."""
     with step("outlier stress: fp32 outputs at every layout", timings):
         reference = metrics.run_all(open_session(stressed, threads), source.inputs)
     converted = stressed.with_name("stressed-fp16.onnx")
-    same, _ = _convert(stressed, converted, **settings)
+    same, _ = _convert(base, converted, **settings)
     if set(same.kept) != set(plan.kept):
         raise RuntimeError("the plan differs between the model and its outlier-stress copy")
     emulated, on_cpu = _both(converted, stressed.with_name("stressed-fp16-emulated.onnx"), source, reference,
@@ -152,17 +153,40 @@ def _precision(plan: fp16_plan.Plan, done: float16.Converted, measured: dict, he
     }
 
 
+def _weights(recipe: weight_stage.Recipe, fp32_file: Path, stressed: Path | None, source: stage.StageInput,
+             probe: list[int], threads: int, timings: dict) -> tuple[Path, Path | None]:
+    """`recipe`'s quantized weights of the fp32 model and of its stress copy (files beside them)."""
+    quantize = recipe.quantizer([source.inputs[i] for i in probe], threads)
+    with step(f"weights: the {recipe.stage} recipe of {recipe.source}", timings):
+        base = fp32_file.with_name("weights.onnx")
+        quantize(fp32_file, base, recipe.skip)
+        count = quantizers.quantized_count(onnx_io.load(base))
+        if count != recipe.quantized_nodes:
+            raise CheckFailed(f"the {recipe.stage} recipe of {recipe.source} quantized {count} node(s) here, its "
+                              f"report says {recipe.quantized_nodes}: was it made from another model than this IN?")
+        stressed_base = None
+        if stressed is not None:
+            stressed_base = stressed.with_name("stressed-weights.onnx")
+            quantize(stressed, stressed_base, recipe.skip)
+    return base, stressed_base
+
+
 def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False,
         min_cosine: float = DEFAULT_MIN_COSINE, headroom: float = fp16_plan.DEFAULT_HEADROOM,
-        exclude: list[str] | None = None, outliers: str = "exclude") -> dict:
+        exclude: list[str] | None = None, outliers: str = "exclude",
+        weights: weight_stage.Recipe | None = None) -> dict:
     """`python -m quantize fp16`: IN -> OUT/model.onnx + OUT/report.json; returns the report.
 
     `outliers`: "exclude" (the stress copy's magnitudes enter the plan, its checks are gated), "report" (the
     plan reads the model alone; the stress copy is converted with it and measured, not gated), "off".
+    `weights`: a quantize stage's recipe applied to IN and its stress copy first (the q4f16 stage,
+    `quantize.q4f16`): the float16 plan and conversion then run on the quantized model; the reference stays IN's
+    fp32 outputs.
     """
     exclude = exclude or []
+    stage_name = STAGE if weights is None else "q4f16"
     _check_options(min_cosine, headroom, outliers, exclude)
-    check_folder_output(out, STAGE, [path], force)
+    check_folder_output(out, stage_name, [path], force)
     timings: dict[str, float] = {}
     out = Path(out)
     with step("load the input and run it at the validation layouts", timings):
@@ -173,32 +197,40 @@ def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False
     with tempfile.TemporaryDirectory(prefix=".fp16-work-", dir=out.parent) as tmp:
         fp32_file = Path(tmp) / "fp32.onnx"
         stage.name_nodes(source.model)
+        if weights is not None:  # as the int4 stage saw it (weight_stage.prepare)
+            unfuse_attention.apply(source.model, {})
         elem_types.infer(source.model)
         onnx_io.save(source.model, fp32_file)
         stressed, record = _stress_copy(fp32_file, timings) if outliers != "off" else (None, None)
-        measured = _measure(source, fp32_file, stressed, data_input, [source.inputs[i] for i in probe], threads,
+        base, stressed_base = fp32_file, stressed
+        if weights is not None:
+            source.model = None  # the plan reads the quantized model's file
+            base, stressed_base = _weights(weights, fp32_file, stressed, source, probe, threads, timings)
+        measured = _measure(source, base, stressed_base, data_input, [source.inputs[i] for i in probe], threads,
                             timings)
         if outliers == "report":
             measured.pop("outlier-stress copy")
         settings = {"data_input": data_input, "measured": measured, "headroom": headroom, "exclude": exclude}
-        with staged_folder(out, STAGE, [path], force, keep_log=True) as staged:
+        with staged_folder(out, stage_name, [path], force, keep_log=True) as staged:
             model_file = staged / onnx_io.MODEL_FILE
             with step("convert to float16 (plan + pass)", timings):
-                plan, done = _convert(fp32_file, model_file, **settings)
+                plan, done = _convert(base, model_file, **settings)
             validation, on_cpu = _both(model_file, fp32_file.with_name("fp16-emulated.onnx"), source,
                                        source.reference, threads, timings, "model")
             runs = {"emulated float16": validation, "CPU EP": on_cpu}
             stress = None
             if stressed is not None:
-                stress = _stress_check(stressed, record, plan, source, settings, outliers, threads, timings)
+                stress = _stress_check(stressed, stressed_base, record, plan, source, settings, outliers, threads,
+                                       timings)
                 runs.update({"outlier stress, emulated float16": stress["validation"],
                              "outlier stress, CPU EP": stress["cpu_execution_provider"]})
             gated = {k: v for k, v in runs.items() if outliers != "report" or not k.startswith("outlier")}
-            _refuse(gated, min_cosine)
+            _refuse(gated, min_cosine, stage_name)
             files, input_files = onnx_io.file_sizes(model_file), onnx_io.file_sizes(source.path)
             report = {
-                **stage.report_header(STAGE, source),
-                "config": {"min_cosine": min_cosine, "headroom": headroom, "exclude": exclude, "outliers": outliers},
+                **stage.report_header(stage_name, source),
+                "config": {"min_cosine": min_cosine, "headroom": headroom, "exclude": exclude, "outliers": outliers,
+                           **({"weights": weights.about()} if weights else {})},
                 "precision": _precision(plan, done, measured, headroom, [source.layouts[i]["case"] for i in probe]),
                 "validation": {"reference": "fp32 input model in ONNX Runtime", "machine": cpu.facts(), **validation},
                 "cpu_execution_provider": on_cpu,
@@ -221,17 +253,17 @@ def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False
     return report
 
 
-def _refuse(runs: dict[str, dict], min_cosine: float) -> None:
+def _refuse(runs: dict[str, dict], min_cosine: float, stage_name: str = STAGE) -> None:
     """CheckFailed when a run has non-finite outputs; UsageError when one misses `min_cosine`."""
     for what, result in runs.items():
         if not result["finite"]:
-            raise CheckFailed(f"the fp16 model gives non-finite outputs ({what}) at "
+            raise CheckFailed(f"the {stage_name} model gives non-finite outputs ({what}) at "
                               f"{', '.join(repr(c) for c in result['nonfinite_cases'])}; nothing written (keep more "
                               "nodes float32: a larger --headroom, or --exclude PATTERN)")
     what, worst = min(((k, r["min_token_cosine"]) for k, r in runs.items()), key=lambda kv: kv[1])
     if min_cosine and not worst >= min_cosine:
         result = runs[what]
         case = min(result["cases"], key=lambda c: metrics.worst([c])["min_token_cosine"])["case"]
-        raise UsageError(f"the fp16 model reaches min per-token cosine {worst:.6f} against fp32 ({what}, at "
+        raise UsageError(f"the {stage_name} model reaches min per-token cosine {worst:.6f} against fp32 ({what}, at "
                          f"'{case}'), below --min-cosine {min_cosine}; nothing written (keep more nodes float32: "
                          "a larger --headroom, or --exclude PATTERN; or a lower floor)")

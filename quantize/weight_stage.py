@@ -118,6 +118,53 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
     return found
 
 
+@dataclass
+class Recipe:
+    """An int4 (or nbits) stage's weights recipe read back from its report, to apply again to the same fp32 input
+    (the q4f16 stage): `config` as the report gives it, the MatMuls it promoted to `high` (its 8-bit settings),
+    the outlier-channel ratio, the MatMuls it excluded, and how many nodes it quantized."""
+
+    stage: str
+    source: str
+    config: dict
+    promoted: list[str]
+    high: dict | None
+    outlier_ratio: float
+    skip: list[str]
+    quantized_nodes: int
+
+    @classmethod
+    def read(cls, report: dict, folder: Path) -> Recipe:
+        config = dict(report["config"])
+        if config.get("algorithm", "rtn") == "gptq":
+            raise UsageError(f"the int4 stage at {folder} used --algorithm gptq, whose weights depend on its "
+                             "calibration set: q4f16 applies rtn or hqq recipes only; run int4 with another algorithm")
+        mixed = report.get("mixed_precision") or {}
+        split = report.get("outlier_channels") or {}
+        skip = [n["node"] for n in report.get("fp32_weight_nodes", []) if n.get("reason", "").startswith("excluded")]
+        return cls(report["stage"], str(folder), config, list(mixed.get("promoted", [])), mixed.get("quantizer"),
+                   float(split.get("ratio", 0.0)), skip, int(report.get("quantized_nodes", 0)))
+
+    def quantizer(self, feeds: list[dict], threads: int) -> outlier_check.Quantizer:
+        """The file -> file quantizer of the recipe, composed as `run` composes it (outlier channels found at
+        `feeds`: the calibration layouts, as the stage found them)."""
+        keys = ("bits", "block_size", "symmetric", "accuracy_level", "algorithm")
+        quantize, _ = quantizers.nbits(**{k: self.config[k] for k in keys if k in self.config})
+        if self.promoted:
+            high, _ = quantizers.nbits(**{k: self.high[k] for k in keys if k in self.high})
+            quantize = quantizers.mixed(quantize, high, self.promoted)
+        if self.outlier_ratio:
+            quantize = outlier_channels.keeping_outliers_fp32(quantize, feeds, threads, self.outlier_ratio, {})
+        return quantize
+
+    def about(self) -> dict:
+        """What the report says of the weights."""
+        return {"from": self.source, "stage": self.stage, **{k: v for k, v in self.config.items()
+                                                            if k not in ("min_cosine", "outliers")},
+                "promoted_to_8_bits": len(self.promoted), "outlier_ratio": self.outlier_ratio,
+                "excluded": self.skip}
+
+
 def no_matmul_error(model) -> UsageError:
     gemms = sum(1 for n in model.graph if n.op_type == "Gemm")
     hint = (f"it has {gemms} Gemm node(s), which the quantizers do not take: run `python -m quantize optimize` "

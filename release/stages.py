@@ -4,7 +4,7 @@ which of them become the package's variants.
 fp32: the optimized stage when present (the fastest fp32 graph, validated against its input), else
 surgery, else the raw export. Other variants: every fp16 or quantized stage present, named with the
 onnx-community / transformers.js dtype suffixes (`vision_encoder_fp16.onnx`, `vision_encoder_int8.onnx`,
-`vision_encoder_q4.onnx`); `config.json` lists them (`CONFIG_KEY`, `list_in_config`).
+`vision_encoder_q4.onnx`, `vision_encoder_q4f16.onnx`); `config.json` lists them (`CONFIG_KEY`, `list_in_config`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from pathlib import Path
 from core import onnx_io
 from core.errors import UsageError
 
-#: Stage folders in pipeline order (fp16, int8 and int4 each read the optimized stage).
-STAGES = ("export", "surgery", "optimized", "int8", "int4", "fp16")
+#: Stage folders in pipeline order (fp16, int8 and int4 each read the optimized stage; q4f16 reads it and int4's
+#: recipe).
+STAGES = ("export", "surgery", "optimized", "int8", "int4", "fp16", "q4f16")
 #: fp32 candidates, preferred first.
 FP32_STAGES = ("optimized", "surgery", "export")
 #: Quantized stage -> variant suffix (transformers.js dtype names: `int8` -> `_int8`, `q4` -> `_q4`).
 QUANTIZED = {"int8": "int8", "int4": "q4"}
 #: Every stage that becomes a variant besides fp32 -> its suffix, in package order (dtype `fp16` -> `_fp16`).
-VARIANT_STAGES = {"fp16": "fp16", **QUANTIZED}
+VARIANT_STAGES = {"fp16": "fp16", **QUANTIZED, "q4f16": "q4f16"}
 BASE_NAME = "vision_encoder"
 #: The key of config.json that lists the package's variants: {dtype: file}.
 CONFIG_KEY = "onnx_variants"

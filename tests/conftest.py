@@ -83,3 +83,41 @@ def snapshot(root) -> dict:
 
     root = Path(root)
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+def build_every_variant(export_folder, root, threads: int = 1):
+    """`root`/{export, surgery, optimized, int8, int4, fp16, q4f16}: `make export FP16=1`'s stages from an export
+    folder, through the commands (int4 in blocks of 32, onnx-community's q4 and q4f16 block, all 4-bit: the shipped
+    2B recipe's 72 MatMuls at 8 bits would be every MatMul of a tiny model). Returns `root`."""
+    import shutil
+
+    from quantize import __main__ as quantize_cli
+    from surgery import cli as surgery_cli
+
+    t = ["--threads", str(threads)]
+    shutil.copytree(export_folder, root / "export")
+    assert surgery_cli.main(["stage", str(root / "export"), str(root / "surgery")]) == 0
+    assert quantize_cli.main(["optimize", str(root / "surgery"), str(root / "optimized"), *t]) == 0
+    assert quantize_cli.main(["int8", str(root / "optimized"), str(root / "int8"), *t]) == 0
+    assert quantize_cli.main(["int4", str(root / "optimized"), str(root / "int4"), "--block-size", "32", *t]) == 0
+    assert quantize_cli.main(["fp16", str(root / "optimized"), str(root / "fp16"), *t]) == 0
+    assert quantize_cli.main(["q4f16", str(root / "optimized"), str(root / "q4f16"), *t]) == 0
+    return root
+
+
+@pytest.fixture(scope="session")
+def every_variant_packages(tiny_exports, tmp_path_factory) -> dict:
+    """{family: dist/NAME/} of the tiny Qwen3-VL and Phi-4-multimodal packages with every variant (fp32, fp16,
+    int8, q4, q4f16), built once per session through the stage commands and `release package`."""
+    from builders import vision
+    from release.package import package
+
+    root = tmp_path_factory.mktemp("every-variant")
+    phi_export = root / "phi-export"
+    assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(phi_export)]) == 0
+    found = {}
+    for fam, name, export in (("qwen3-vl", "qwen3-vl-tiny", tiny_exports["torchscript"]),
+                              ("phi-4-mm", "phi-4-mm-tiny", phi_export)):
+        build = build_every_variant(export, root / "build" / name)
+        found[fam], _ = package(build, root / "dist", threads=1)
+    return found
