@@ -14,6 +14,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The WebGPU software stack (docs/webgpu.md): Mesa's lavapipe and onnxruntime-webgpu in their own folder.
+WEBGPU := .webgpu
+WEBGPU_STAMP := $(WEBGPU)/.installed
 BUILD := build/$(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,no-checkpoint)),$(MODEL),$(notdir $(patsubst %/,%,$(CHECKPOINT))))
 # The INT8 and INT4 points of `make export`, chosen by `make bench`'s sweep at 2B dims (bench/results/sweep.md,
 # docs/quantization.md "How sweep points are chosen"; rule: of the shippable points, the fastest meeting every
@@ -46,9 +49,19 @@ model_flags = $(if $(filter command line,$(origin $1)),$($1),$(or $($1_$(MODEL))
 int8_flags = $(call model_flags,INT8_FLAGS)
 int4_flags = $(call model_flags,INT4_FLAGS)
 
-.PHONY: install export package test lint bench bench-export bench-collection compare clean
+.PHONY: install webgpu export package test lint bench bench-export bench-collection compare clean
 
-install: $(STAMP)
+install: $(STAMP) $(WEBGPU_STAMP)
+
+# tools/webgpu-install.sh: never over the system's Mesa, never into .venv. Where it cannot install (not Debian 12
+# x86_64, no registry) its one-line reason goes to .webgpu/unavailable, `make` goes on, and the WebGPU tests skip
+# with that line.
+webgpu: $(WEBGPU_STAMP)
+
+$(WEBGPU_STAMP): tools/webgpu-install.sh
+	@mkdir -p $(WEBGPU) && rm -f $(WEBGPU)/unavailable
+	@bash tools/webgpu-install.sh $(WEBGPU) 2> $(WEBGPU)/install.err && touch $@ \
+		|| { tail -n 1 $(WEBGPU)/install.err > $(WEBGPU)/unavailable; echo "WebGPU stack not installed: $$(cat $(WEBGPU)/unavailable)"; }
 
 # torch is pinned to the local CPU wheel (any other spec pulls CUDA); installed first so that
 # transformers' torch requirement is already met.
@@ -88,7 +101,7 @@ package: $(STAMP)
 	$(PY) -m release package $(BUILD) --dist dist
 	$(if $(GENAI),$(PY) -m release genai $(BUILD) --checkpoint $(CHECKPOINT) --out dist/$(notdir $(BUILD))-genai)
 
-test: $(STAMP)
+test: $(STAMP) $(WEBGPU_STAMP)
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)

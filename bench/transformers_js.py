@@ -67,12 +67,17 @@ def write_photos(folder: Path) -> dict[str, Path]:
     return found
 
 
-def run_node(node: Path, package: Path, encoder: str, calls: list[list[Path]], out: Path) -> list[dict]:
-    """embed.mjs on `calls` (lists of images, one encoder run each); records with the arrays read back."""
+def run_node(node: Path, package: Path, encoder: str, calls: list[list[Path]], out: Path,
+             webgpu: Path | None = None) -> list[dict]:
+    """embed.mjs on `calls` (lists of images, one encoder run each); records with the arrays read back. `webgpu`:
+    a WebGPU install (`make webgpu`): the encoder runs on onnxruntime-node's WebGPU EP under its env.sh."""
     out.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["node", str(node / "embed.mjs"), str(package.resolve()), encoder, str(out),
-                           *[",".join(str(p.resolve()) for p in call) for call in calls]],
-                          cwd=node, capture_output=True, text=True, check=False)
+    command = ["node", str(node / "embed.mjs"), str(package.resolve()), encoder, str(out),
+               *[",".join(str(p.resolve()) for p in call) for call in calls]]
+    if webgpu is not None:
+        command = ["bash", "-c", 'source "$1" && shift && ORT_DEVICE=webgpu exec "$@"', "embed",
+                   str(webgpu / "env.sh"), *command]
+    done = subprocess.run(command, cwd=node, capture_output=True, text=True, check=False)
     if done.returncode:
         raise UsageError(f"transformers.js run failed: {done.stderr.strip().splitlines()[-1] if done.stderr else done.returncode}")
     records = json.loads(done.stdout.strip().splitlines()[-1])
@@ -112,13 +117,13 @@ def python_pixels(package: Path, call: list[Path]) -> np.ndarray:
 
 
 def compare(package: Path, variants: dict[str, str], calls: dict[str, list[Path]], work: Path,
-            node: Path) -> list[dict]:
+            node: Path, webgpu: Path | None = None) -> list[dict]:
     """One record per (variant, call): grids of both, pixel and feature differences. `variants`: {variant:
-    encoder file in PACKAGE/onnx}."""
+    encoder file in PACKAGE/onnx}; `webgpu`: transformers.js's side on WebGPU (`run_node`)."""
     records = []
     for variant, encoder in variants.items():
-        say(f"transformers.js: {variant} ({encoder}) on {len(calls)} call(s)")
-        node_runs = run_node(node, package, encoder, list(calls.values()), work / f"node-{variant}")
+        say(f"transformers.js: {variant} ({encoder}) on {len(calls)} call(s){' on WebGPU' if webgpu else ''}")
+        node_runs = run_node(node, package, encoder, list(calls.values()), work / f"node-{variant}", webgpu)
         for (label, call), js in zip(calls.items(), node_runs):
             py = run_python(package, variant, call, work)
             same_grid = js["grid_thw"] == py["grid_thw"]
@@ -192,6 +197,137 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     return main_wrapper(body)
+
+
+# --- transformers.js in a real browser (headless Chromium, WebGPU on SwiftShader): bench/browser/ -------------------
+
+BROWSER_DIR = Path(__file__).resolve().parent / "browser"
+BROWSER_FILES = ("index.html", "embed-page.mjs")
+CHROMIUM = Path("/usr/bin/chromium")
+#: Debian's chromium, headless as root, on a machine whose network reaches only package registries. WebGPU needs
+#: only --enable-unsafe-webgpu (without it requestAdapter() returns null) and takes SwiftShader (Vulkan on the CPU);
+#: the background-networking flags keep Chromium from dialling Google hosts the closed network refuses.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu-sandbox", "--enable-unsafe-webgpu", "--disable-quic",
+                  "--no-first-run", "--no-default-browser-check", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
+                  "--mute-audio")
+
+
+def chromium_missing() -> str | None:
+    """Why the browser side cannot run here (None when Debian's chromium is installed)."""
+    if not CHROMIUM.exists():
+        return f"{CHROMIUM} not found (apt-get install -y chromium runs transformers.js on WebGPU in a browser)"
+    return None
+
+
+def _browser_server(routes: dict[str, Path], received: dict, done):
+    """A threaded HTTP server on 127.0.0.1 (ephemeral port): GET maps URL prefixes of `routes` to files (the
+    longest prefix wins; "/" is the node folder); the first POST /result stores its body in received["body"] and
+    sets `done` (a threading.Event)."""
+    import http.server
+    import urllib.parse
+    from typing import ClassVar
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
+                          ".js": "text/javascript", ".wasm": "application/wasm", ".onnx": "application/octet-stream",
+                          ".json": "application/json"}
+
+        def translate_path(self, path: str) -> str:
+            path = urllib.parse.unquote(urllib.parse.urlsplit(path).path)
+            for prefix in sorted(routes, key=len, reverse=True):
+                if prefix == "/" or path == prefix or path.startswith(prefix + "/"):
+                    root = routes[prefix].resolve()
+                    target = (root / path[len(prefix):].lstrip("/")).resolve()
+                    if target == root or root in target.parents:
+                        return str(target)
+                    break
+            return str(routes["/"] / "-not-served-")
+
+        def end_headers(self):
+            # Cross-origin isolation lets onnxruntime-web use wasm threads; nothing is cached between runs.
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+            self.send_header("Cache-Control", "no-store")
+            super().end_headers()
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if urllib.parse.urlsplit(self.path).path == "/result" and "body" not in received:
+                received["body"] = body
+                done.set()
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    return http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+
+def run_browser(node: Path, package: Path, encoder: str, photo: Path, timeout: float = 600) -> dict:
+    """bench/browser/index.html in headless Chromium: transformers.js's processor on `photo` and the package's
+    onnx/`encoder` on onnxruntime-web's WebGPU EP, everything served from 127.0.0.1 (`node`: an `install` folder;
+    the page files are copied into it). Returns {grid_thw, outputs: {name: array}, pixels, adapter: {vendor,
+    architecture, description, features, shader_f16, ...}, ep, placements, timings_ms}; UsageError with the page's
+    error line (or Chromium's last lines) when it fails."""
+    import base64
+    import os
+    import signal
+    import threading
+    import time
+
+    if (why := chromium_missing()):
+        raise UsageError(why)
+    page = node / "browser"
+    page.mkdir(exist_ok=True)
+    for name in BROWSER_FILES:
+        shutil.copyfile(BROWSER_DIR / name, page / name)
+    received: dict = {}
+    done = threading.Event()
+    server = _browser_server({"/": node.resolve(), f"/package/{package.name}": package.resolve(),
+                              f"/photo/{photo.name}": photo.resolve()}, received, done)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = (f"http://127.0.0.1:{server.server_address[1]}/browser/index.html?package=/package/{package.name}"
+           f"&encoder={encoder}&photo=/photo/{photo.name}")
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        log = Path(profile) / "chromium.log"
+        with open(log, "w") as out:
+            browser = subprocess.Popen([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}/profile", url],
+                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                       env={**os.environ, "TMPDIR": profile})  # its singleton socket goes here too
+        try:
+            deadline = time.monotonic() + timeout
+            while not done.wait(0.5):
+                if browser.poll() is not None or time.monotonic() > deadline:
+                    tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-3:]
+                    what = f"exited {browser.returncode}" if browser.returncode is not None else f"timed out after {timeout:.0f} s"
+                    raise UsageError(f"chromium {what} before the page posted a result: {' | '.join(tail)}")
+        finally:
+            if browser.poll() is None:
+                browser.terminate()  # the browser shuts its gpu and renderer processes down itself
+                try:
+                    browser.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+            try:  # whatever is left of the process group started here (its own session)
+                os.killpg(browser.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            browser.wait()
+            server.shutdown()
+            server.server_close()
+    result = json.loads(received["body"])
+    if "error" in result:
+        raise UsageError(f"browser page failed: {result['error']}")
+
+    def array(entry: dict) -> np.ndarray:
+        return np.frombuffer(base64.b64decode(entry["data"]), "<f4").reshape(entry["dims"]).copy()
+
+    return {"grid_thw": result["grid_thw"], "outputs": {n: array(o) for n, o in result["outputs"].items()},
+            "pixels": array(result["pixel_values"]), "adapter": result["adapter"], "ep": result["ep"],
+            "placements": result["placements"], "timings_ms": result["timings_ms"],
+            "transformers_js": result.get("transformers_js")}
 
 
 if __name__ == "__main__":

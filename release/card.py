@@ -106,6 +106,23 @@ def smoke_lines(manifest: dict) -> list[str]:
     return lines
 
 
+def webgpu_lines(manifest: dict) -> list[str]:
+    """What was verified on WebGPU: the check users can run, what the project's tests run it on."""
+    names = [v["name"] for v in manifest["variants"]]
+    webgpu = [n for n in ("fp16", "q4f16") if n in names]
+    which = (f"The {' and '.join(f'`{n}`' for n in webgpu)} variant{'s are' if len(webgpu) > 1 else ' is'} made for "
+             "WebGPU (transformers.js `dtype`, `device: 'webgpu'`). " if webgpu else
+             "This package has no fp16 or q4f16 variant (`make export FP16=1` builds them). ")
+    return [which + (
+        f"`python -m runtime webgpu-check {manifest['name']}` runs every variant on ONNX Runtime's WebGPU execution "
+        "provider (onnxruntime-webgpu, installed by `make webgpu`) at every validation layout against the CPU EP's "
+        "fp32, checks that the outputs are finite and within each variant's floor, and lists the nodes that fall "
+        "back to the CPU. vlm-vision-onnx's tests run it on tiny packages of both families with every variant, on "
+        "a software Vulkan adapter (Mesa lavapipe); this package itself was not run on a GPU where it was made. "
+        "Known: ONNX Runtime's WebGPU attention computed wrong on lavapipe while its `subgroups` feature was on "
+        "(docs/webgpu.md of vlm-vision-onnx).")]
+
+
 def render(manifest: dict) -> str:
     """README.md text for `manifest`."""
     fam = family(manifest["family"])
@@ -155,6 +172,10 @@ def render(manifest: dict) -> str:
          "shape) the outputs have these shapes; `verify` checks every variant:"),
         "",
         *smoke_lines(manifest),
+        "",
+        "## WebGPU",
+        "",
+        *webgpu_lines(manifest),
         "",
         "## How to run",
         "",

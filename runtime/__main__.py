@@ -15,7 +15,7 @@ from core import onnx_io, session
 from core.errors import Parser, UsageError, main_wrapper
 from core.staging import check_result_file, staged_file
 from families import of_model
-from runtime import collection, embed, verify
+from runtime import collection, embed, verify, webgpu
 
 
 def check_finite(name: str, array: np.ndarray) -> None:
@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     collection.add_arguments(sub.add_parser("embed-collection", help="embeddings of a whole collection (a folder, a "
                                                                      "glob, a Parquet/CSV list) into a Parquet "
                                                                      "dataset, resumable, on Ray or locally"))
+    webgpu.add_arguments(sub.add_parser("webgpu-check", help="every variant of a release package on ONNX Runtime's "
+                                                            "WebGPU EP at every validation layout, against the CPU "
+                                                            "EP's fp32 (needs `make webgpu`)"))
 
     def body() -> int:
         args = parser.parse_args(argv)
@@ -89,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             return embed.run(args)
         if args.command == "embed-collection":
             return collection.run(args)
+        if args.command == "webgpu-check":
+            return webgpu.run(args)
         if args.threads is not None and args.threads < 1:
             raise UsageError(f"--threads must be >= 1, got {args.threads}")
         names = encode(args.model, args.inputs, args.out, args.threads, args.force, args.allow_nonfinite)

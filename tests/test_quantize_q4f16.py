@@ -66,6 +66,9 @@ def test_package_ships_q4f16_and_verify_runs_it(built, tmp_path, capsys):
     assert config["onnx_variants"]["q4f16"] == "onnx/vision_encoder_q4f16.onnx"
     manifest = json.loads((package / "manifest.json").read_text())
     assert [v["name"] for v in manifest["variants"]] == ["fp32", "fp16", "int8", "q4", "q4f16"]
+    card = (package / "README.md").read_text()
+    assert "## WebGPU" in card and "The `fp16` and `q4f16` variants are made for WebGPU" in card
+    assert f"python -m runtime webgpu-check {package.name}" in card
     capsys.readouterr()
     assert runtime_cli.main(["verify", str(package), "--threads", "1"]) == 0
     assert "onnx/vision_encoder_q4f16.onnx: runs at" in capsys.readouterr().err

@@ -6,9 +6,11 @@
 #                Vulkan loader and vulkaninfo when the system lacks them;
 #                DEST/mesa/lvp_icd.x86_64.json is the ICD file that names it.
 #   DEST/venv    Python venv with onnxruntime-webgpu and numpy.
-#   DEST/node    npm packages onnxruntime-node, onnxruntime-web, webgpu (Dawn), transformers.js.
-#   DEST/env.sh  `source` it to select lavapipe (VK_ICD_FILENAMES, LD_LIBRARY_PATH) and keep
-#                compiled shaders in DEST/shader-cache (cold compiles take minutes).
+#   (transformers.js and onnxruntime-node, whose Linux x64 binding has the WebGPU EP, come from bench/node's
+#   lockfile: tests/test_webgpu.py and bench/transformers_js.py install them.)
+#   DEST/env.sh  `source` it to select lavapipe (VK_ICD_FILENAMES, LD_LIBRARY_PATH), keep
+#                compiled shaders in DEST/shader-cache (cold compiles take minutes), and set
+#                LP_NATIVE_VECTOR_WIDTH=64 (see there).
 # Idempotent: a second run downloads nothing. Usage: tools/webgpu-install.sh DEST
 set -euo pipefail
 
@@ -19,7 +21,7 @@ step() { echo "webgpu-install: $*"; }
 [ "$(uname -m)" = x86_64 ] || die "only x86_64 is supported (got $(uname -m))"
 . /etc/os-release
 [ "${VERSION_CODENAME:-}" = bookworm ] || die "needs Debian 12 bookworm (got ${PRETTY_NAME:-unknown})"
-for tool in apt-get apt-cache dpkg-deb dpkg-query ldd python3 npm; do
+for tool in apt-get apt-cache dpkg-deb dpkg-query ldd python3; do
   command -v "$tool" >/dev/null || die "'$tool' not found in PATH"
 done
 
@@ -33,10 +35,6 @@ VULKAN_VER=1.3.239.0-1               # bookworm
 VULKAN_TOOLS_VER=1.3.239.0+dfsg1-1   # bookworm (vulkaninfo)
 ORT_WEBGPU_PY=1.27.0
 NUMPY_VER=2.4.6
-NPM_ORT_NODE=1.30.0
-NPM_ORT_WEB=1.30.0
-NPM_WEBGPU=0.6.2
-NPM_TRANSFORMERS=4.3.1
 
 # Package=version to unpack. The loader and vulkaninfo only when the system lacks them.
 DEBS=("mesa-vulkan-drivers=$MESA_VER" "libdrm2=$DRM_VER" "libdrm-amdgpu1=$DRM_VER")
@@ -124,6 +122,12 @@ export VK_DRIVER_FILES="$ICD"
 export LD_LIBRARY_PATH="$LD_ADD\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export MESA_SHADER_CACHE_DIR="$DEST/shader-cache"
 export MESA_SHADER_CACHE_MAX_SIZE=\${MESA_SHADER_CACHE_MAX_SIZE:-1G}
+# llvmpipe's subgroup size is its vector width / 32 (default 256 bits -> 8). With 64 bits the
+# subgroup size is 2, below WebGPU's minimum of 4, so Dawn hides the 'subgroups' feature and
+# ORT's WebGPU attention takes its shared-memory path, which is right on lavapipe; its subgroup
+# path is wrong there for longer sequences (ORT 1.27: S > min(subgroup size, 16); 1.30 at
+# size 8: S >= 32). Slower (fp16 most); set another width before sourcing to override.
+export LP_NATIVE_VECTOR_WIDTH=\${LP_NATIVE_VECTOR_WIDTH:-64}
 export PATH="$MESA/usr/bin:\$PATH"
 EOF
 step "wrote $DEST/env.sh"
@@ -146,44 +150,6 @@ else
       "onnxruntime-webgpu==$ORT_WEBGPU_PY" "numpy==$NUMPY_VER" >"$DEST/pip.log" 2>&1 \
     || die "pip install into $VENV failed (see $DEST/pip.log)"
   have_py || die "venv check failed after pip install"
-fi
-
-# ---- 5. npm packages -------------------------------------------------------------------
-NODE="$DEST/node"
-mkdir -p "$NODE"
-cat > "$NODE/package.json.tmp" <<EOF
-{
-  "name": "webgpu-stack",
-  "private": true,
-  "description": "pinned by tools/webgpu-install.sh",
-  "dependencies": {
-    "onnxruntime-node": "$NPM_ORT_NODE",
-    "onnxruntime-web": "$NPM_ORT_WEB",
-    "webgpu": "$NPM_WEBGPU",
-    "@huggingface/transformers": "$NPM_TRANSFORMERS"
-  }
-}
-EOF
-cmp -s "$NODE/package.json.tmp" "$NODE/package.json" && rm "$NODE/package.json.tmp" \
-  || mv "$NODE/package.json.tmp" "$NODE/package.json"
-have_npm() {
-  local spec name ver got
-  for spec in "onnxruntime-node@$NPM_ORT_NODE" "onnxruntime-web@$NPM_ORT_WEB" "webgpu@$NPM_WEBGPU" \
-              "@huggingface/transformers@$NPM_TRANSFORMERS"; do
-    name=${spec%@*}; ver=${spec##*@}
-    got=$(node -p "require('$NODE/node_modules/$name/package.json').version" 2>/dev/null) || return 1
-    [ "$got" = "$ver" ] || return 1
-  done
-}
-if have_npm; then
-  step "npm packages already installed in $NODE"
-else
-  step "npm install (--ignore-scripts) in $NODE"
-  # --ignore-scripts: onnxruntime-node's install script downloads binaries from outside the
-  # npm registry; the Linux x64 CPU+WebGPU binding is already inside the package.
-  (cd "$NODE" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error >"$DEST/npm.log" 2>&1) \
-    || die "npm install in $NODE failed (see $DEST/npm.log)"
-  have_npm || die "npm packages have unexpected versions after install (see $DEST/npm.log)"
 fi
 
 step "done; use: source $DEST/env.sh"

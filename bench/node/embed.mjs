@@ -10,6 +10,8 @@
 // frames of one video), so a call of several images concatenates their pixel_values and grids, as the Python
 // runtime packs them. Writes OUT/call_K.pixel_values.bin and OUT/call_K.OUTPUT.bin (raw little-endian float32)
 // and prints JSON: [{images, grid_thw, pixel_values: shape, outputs: {name: shape}}].
+// ORT_DEVICE=webgpu runs the encoder on onnxruntime-node's WebGPU EP (built into its Linux x64 binding), as
+// transformers.js does for `device: 'webgpu'` in Node; default: its CPU EP.
 import { AutoImageProcessor, RawImage, env } from '@huggingface/transformers';
 import * as ort from 'onnxruntime-node';
 import { writeFileSync } from 'node:fs';
@@ -19,7 +21,8 @@ const [packageDir, encoder, out, ...calls] = process.argv.slice(2);
 env.allowRemoteModels = false;
 env.localModelPath = dirname(packageDir);
 const processor = await AutoImageProcessor.from_pretrained(basename(packageDir));
-const session = await ort.InferenceSession.create(join(packageDir, 'onnx', encoder));
+const device = process.env.ORT_DEVICE || 'cpu';
+const session = await ort.InferenceSession.create(join(packageDir, 'onnx', encoder), { executionProviders: [device] });
 const results = [];
 for (const [k, call] of calls.entries()) {
   const images = call.split(',');
