@@ -8,7 +8,7 @@
       (the outputs are written to `out` when given)
   {"close": LABEL} -> {"ok": true}
 An error answers {"ok": false, "error": one line}. `bench.runtimes` runs one worker per runtime install (ONNX
-Runtime 1.31.1 of the venv, 1.32.0 from a folder on PYTHONPATH) and interleaves runs across them, so that
+Runtime of the venv, another version from a folder on PYTHONPATH) and interleaves runs across them, so that
 versions that cannot share a process are still timed in one run.
 """
 

@@ -1,20 +1,20 @@
-"""`python -m bench.runtimes --build build/qwen3-vl-2b`: the same files in ONNX Runtime 1.31.1 / 1.32.0 and OpenVINO.
+"""`python -m bench.runtimes --build build/qwen3-vl-2b`: the same files in two ONNX Runtime versions and OpenVINO.
 
 On the stage folders of one `make export` (optimized = the fp32 variant, int8, int4), in groups of variants that
-are open at once and interleaved (all at once do not fit in 24 GB; each group holds ORT 1.31 fp32, the reference):
+are open at once and interleaved (all at once do not fit in 24 GB; each group holds ORT fp32, the reference):
 group `runtimes` at each `--layout` (default: one 448x448 image and a 448x448 + 336x336 pack, random pixels on the
 grids Qwen's processor gives) and each `--threads` count; groups `standard` and `baseline` at 448x448, one thread.
 `--reps` rounds after a warm-up; the variants:
-  ORT 1.31 fp32 / INT8 / INT4    the shipped variants in this venv's ONNX Runtime
-  ORT 1.32 fp32 / INT8 / INT4    the same files in ONNX Runtime 1.32.0 (`--ort-next DIR`: a folder holding it,
-                                 `pip install --target DIR onnxruntime==1.32.0`), run in a worker process
+  ORT fp32 / INT8 / INT4         the shipped variants in this venv's ONNX Runtime (its version in the results)
+  ORT X.Y.Z fp32 / INT8 / INT4   the same files in another ONNX Runtime version (`--ort-other DIR`: a folder
+                                 holding it, `pip install --target DIR onnxruntime==X.Y.Z`), in a worker process
   OV f32 / bf16 fp32 file        OpenVINO on the fp32 file at each inference precision
   OV f32 / bf16 INT8 file        OpenVINO on the INT8 file
   ... standard file              when BUILD/standard holds `make export OPS=standard`: that export (ai.onnx ops
                                  only) in ONNX Runtime and OpenVINO
-  ... (baseline)                 with `--baseline DIR`: ORT 1.31 on another build of the same model (the files
+  ... (baseline)                 with `--baseline DIR`: ORT on another build of the same model (the files
                                  before a change), for a no-regression check in the same run
-Each variant's accuracy: min per-token cosine of its outputs against ORT 1.31 fp32 at that layout. With
+Each variant's accuracy: min per-token cosine of its outputs against ORT fp32 at that layout. With
 `--accuracy`, OpenVINO f32 and bf16 on the fp32 file also run at every validation layout of the optimized
 stage's report (the numbers behind `core.engine`'s default precision). Every runtime install lives in its own
 worker process (`bench.runtime_worker`), so versions that cannot share a process are timed in one run.
@@ -44,7 +44,7 @@ from core.progress import say
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "runtimes"
 LAYOUTS = {"448x448": [(448, 448)], "448x448 + 336x336": [(448, 448), (336, 336)]}
-REFERENCE = "ORT 1.31 fp32"
+REFERENCE = "ORT fp32"
 
 
 class Worker:
@@ -73,18 +73,31 @@ class Worker:
         self.process.wait(timeout=120)
 
 
-def variant_groups(build: Path, baseline: Path | None, ort_next: bool) -> dict[str, dict[str, dict]]:
-    """{group: {label: {worker, engine, file, precision}}} (worker 'base': this venv, 'next': ORT 1.32). A group's
-    variants are open at once and interleaved; every group holds the reference (ORT 1.31 fp32), so its cosines
+def ort_version(folder: Path | None = None) -> str:
+    """The version of the onnxruntime in this venv, or of the one installed into `folder` (pip install --target)."""
+    from importlib import metadata
+
+    if folder is None:
+        return metadata.version("onnxruntime")
+    found = [d.version for d in metadata.distributions(path=[str(folder)]) if d.metadata["Name"] == "onnxruntime"]
+    if not found:
+        raise SystemExit(f"--ort-other {folder}: no onnxruntime installed there (pip install --target {folder} "
+                         "onnxruntime==X.Y.Z)")
+    return found[0]
+
+
+def variant_groups(build: Path, baseline: Path | None, other: str | None) -> dict[str, dict[str, dict]]:
+    """{group: {label: {worker, engine, file, precision}}} (worker 'base': this venv, 'other': ORT `other`, a
+    version). A group's variants are open at once and interleaved; every group holds the reference (ORT fp32), so its cosines
     and speed-ups are against the same outputs. Groups keep memory bounded: all 2B sessions at once do not fit
     in 24 GB (measured: the worker was killed at 21 GB)."""
     files = {stage: onnx_io.model_path(build / stage) for stage in ("optimized", "int8", "int4")}
     names = {"optimized": "fp32", "int8": "INT8", "int4": "INT4"}
-    ours = {f"ORT 1.31 {names[s]}": {"worker": "base", "engine": "onnxruntime", "file": f} for s, f in files.items()}
+    ours = {f"ORT {names[s]}": {"worker": "base", "engine": "onnxruntime", "file": f} for s, f in files.items()}
     reference = {REFERENCE: ours[REFERENCE]}
     runtimes = dict(ours)
-    if ort_next:
-        runtimes.update({f"ORT 1.32 {names[s]}": {"worker": "next", "engine": "onnxruntime", "file": f}
+    if other:
+        runtimes.update({f"ORT {other} {names[s]}": {"worker": "other", "engine": "onnxruntime", "file": f}
                          for s, f in files.items()})
     for stage in ("optimized", "int8"):
         for precision in ("f32", "bf16"):
@@ -93,13 +106,13 @@ def variant_groups(build: Path, baseline: Path | None, ort_next: bool) -> dict[s
     groups = {"runtimes": runtimes}
     if (build / "standard" / "report.json").is_file():  # `make export OPS=standard`
         standard = onnx_io.model_path(build / "standard")
-        groups["standard"] = {**reference, "ORT 1.31 standard file": {"worker": "base", "engine": "onnxruntime",
+        groups["standard"] = {**reference, "ORT standard file": {"worker": "base", "engine": "onnxruntime",
                                                                       "file": standard}}
         for precision in ("f32", "bf16"):
             groups["standard"][f"OV {precision} standard file"] = {"worker": "base", "engine": "openvino",
                                                                    "file": standard, "precision": precision}
     if baseline is not None:
-        groups["baseline"] = {**ours, **{f"ORT 1.31 {names[s]} (baseline)": {
+        groups["baseline"] = {**ours, **{f"ORT {names[s]} (baseline)": {
             "worker": "base", "engine": "onnxruntime", "file": onnx_io.model_path(baseline / s)} for s in files}}
     return groups
 
@@ -136,7 +149,7 @@ def time_point(workers: dict, specs: dict, threads: int, feeds: Path, reps: int,
 
 def reference_point(worker: Worker, standard: Path, feeds: Path, tmp: Path) -> dict:
     """One run of the ONNX reference evaluator on the standard export (numpy; slow, so not interleaved), and its
-    min per-token cosine against ORT 1.31 fp32 on the same feeds."""
+    min per-token cosine against ORT fp32 on the same feeds."""
     worker.ask(open="reference", engine="reference", file=str(standard))
     seconds = worker.ask(run="reference", feeds=str(feeds), out=str(tmp / "reference.npz"))["seconds"]
     worker.ask(close="reference")
@@ -169,15 +182,16 @@ def accuracy_at_validation_layouts(worker: Worker, fp32: Path, tmp: Path) -> lis
 
 
 def markdown(result: dict) -> str:
-    lines = ["# The same files in ONNX Runtime 1.31.1, 1.32.0 and OpenVINO", "",
+    lines = ["# The same files in ONNX Runtime and OpenVINO", "",
              (f"Produced by `python -m bench.runtimes {result['argv']}`, {result['started']} – {result['finished']}. "
               f"Machine: {describe(result['machine'])} (load average {result['load_average_start']} at start). "
-              f"Model: {result['model']} (random weights), stage folders of `make export`. Medians of "
+              f"Model: {result['model']} (random weights), stage folders of `make export`. ORT: this venv's "
+              f"onnxruntime {result['onnxruntime']}. Medians of "
               f"{result['reps']} rounds, every variant interleaved with the others; cosine: min per-token cosine "
               f"against {REFERENCE} at that layout; × = speed-up over {REFERENCE}."), ""]
     for point in result["points"]:
         lines += [f"## {point['group']}: {point['layout']}, {point['threads']} thread(s)", "",
-                  "| variant | median (s) | × vs ORT 1.31 fp32 | min per-token cosine |", "|---|---:|---:|---:|"]
+                  f"| variant | median (s) | × vs {REFERENCE} | min per-token cosine |", "|---|---:|---:|---:|"]
         base = point["variants"][REFERENCE]["median_s"]
         for label, v in point["variants"].items():
             lines.append(f"| {label} | {v['median_s']:.3f} | {base / v['median_s']:.2f}× | "
@@ -202,7 +216,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.runtimes", description=__doc__.splitlines()[0])
     parser.add_argument("--build", type=Path, required=True, help="build/MODEL of `make export`")
     parser.add_argument("--baseline", type=Path, help="another build of the same model, timed as '(baseline)'")
-    parser.add_argument("--ort-next", type=Path, help="a folder holding onnxruntime 1.32.0 (pip install --target)")
+    parser.add_argument("--ort-other", "--ort-next", type=Path, dest="ort_other",
+                        help="a folder holding another onnxruntime version (pip install --target DIR onnxruntime==X.Y.Z)")
     parser.add_argument("--layout", action="append", choices=sorted(LAYOUTS), help="default: all")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--reps", type=int, default=5)
@@ -219,14 +234,17 @@ def main(argv=None) -> int:
     metadata = onnx_io.metadata(fp32)
     patch_dim = int(onnx_io.read_proto(fp32).graph.input[0].type.tensor_type.shape.dim[1].dim_value)
     result = {"argv": argv_shown, "machine": machine(), "model": metadata.get("model"), "reps": args.reps,
-              "load_average_start": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "points": []}
-    groups = variant_groups(args.build, args.baseline, args.ort_next is not None)
+              "load_average_start": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "points": [],
+              "onnxruntime": ort_version()}
+    other = ort_version(args.ort_other) if args.ort_other is not None else None
+    result["onnxruntime_other"] = other
+    groups = variant_groups(args.build, args.baseline, other)
     specs = groups["runtimes"]
     if args.groups:
         groups = {name: group for name, group in groups.items() if name in args.groups}
     workers = {"base": Worker()}
-    if args.ort_next is not None:
-        workers["next"] = Worker(str(args.ort_next))
+    if args.ort_other is not None:
+        workers["other"] = Worker(str(args.ort_other))
     try:
         with tempfile.TemporaryDirectory(prefix="bench-runtimes-") as tmp:
             tmp = Path(tmp)
