@@ -15,6 +15,7 @@ registry, and its CPU binary ships inside the package anyway. Writes bench/resul
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -74,10 +75,12 @@ def run_node(node: Path, package: Path, encoder: str, calls: list[list[Path]], o
     out.mkdir(parents=True, exist_ok=True)
     command = ["node", str(node / "embed.mjs"), str(package.resolve()), encoder, str(out),
                *[",".join(str(p.resolve()) for p in call) for call in calls]]
+    env = None
     if webgpu is not None:
-        command = ["bash", "-c", 'source "$1" && shift && ORT_DEVICE=webgpu exec "$@"', "embed",
-                   str(webgpu / "env.sh"), *command]
-    done = subprocess.run(command, cwd=node, capture_output=True, text=True, check=False)
+        from runtime.webgpu import in_env
+
+        command, env = in_env(webgpu, command), {**os.environ, "ORT_DEVICE": "webgpu"}
+    done = subprocess.run(command, cwd=node, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise UsageError(f"transformers.js run failed: {done.stderr.strip().splitlines()[-1] if done.stderr else done.returncode}")
     records = json.loads(done.stdout.strip().splitlines()[-1])
@@ -272,7 +275,6 @@ def run_browser(node: Path, package: Path, encoder: str, photo: Path, timeout: f
     architecture, description, features, shader_f16, ...}, ep, placements, timings_ms}; UsageError with the page's
     error line (or Chromium's last lines) when it fails."""
     import base64
-    import os
     import signal
     import threading
     import time

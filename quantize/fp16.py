@@ -104,7 +104,7 @@ def _measure(source: stage.StageInput, fp32_file: Path, stressed: Path | None, d
              threads: int, timings: dict) -> dict[str, dict[str, float]]:
     """{"model": peaks[, "outlier-stress copy": peaks]}: max |x| of every candidate's tensors at `feeds`."""
     with step("max |x| of every float16 candidate's tensors at the calibration layouts", timings):
-        model = source.model if source.model is not None else onnx_io.load(fp32_file)
+        model = source.model
         names = fp16_plan.tap_names(model, fp16_plan.candidates(model, fp16_plan.data_path(model, data_input)))
         source.model = None  # one copy of the weights in memory at a time: the rest reads the files
         del model
@@ -155,12 +155,16 @@ def _precision(plan: fp16_plan.Plan, done: float16.Converted, measured: dict, he
 
 def _weights(recipe: weight_stage.Recipe, fp32_file: Path, stressed: Path | None, source: stage.StageInput,
              probe: list[int], threads: int, timings: dict) -> tuple[Path, Path | None]:
-    """`recipe`'s quantized weights of the fp32 model and of its stress copy (files beside them)."""
+    """`recipe`'s quantized weights of the fp32 model and of its stress copy (files beside them); the quantized
+    model, types inferred, replaces `source.model` (the plan reads it)."""
     quantize = recipe.quantizer([source.inputs[i] for i in probe], threads)
+    source.model = None  # one copy of the weights in memory at a time: the quantizer reads the file
     with step(f"weights: the {recipe.stage} recipe of {recipe.source}", timings):
         base = fp32_file.with_name("weights.onnx")
         quantize(fp32_file, base, recipe.skip)
-        count = quantizers.quantized_count(onnx_io.load(base))
+        source.model = onnx_io.load(base)
+        elem_types.infer(source.model)
+        count = quantizers.quantized_count(source.model)
         if count != recipe.quantized_nodes:
             raise CheckFailed(f"the {recipe.stage} recipe of {recipe.source} quantized {count} node(s) here, its "
                               f"report says {recipe.quantized_nodes}: was it made from another model than this IN?")
@@ -174,17 +178,16 @@ def _weights(recipe: weight_stage.Recipe, fp32_file: Path, stressed: Path | None
 def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False,
         min_cosine: float = DEFAULT_MIN_COSINE, headroom: float = fp16_plan.DEFAULT_HEADROOM,
         exclude: list[str] | None = None, outliers: str = "exclude",
-        weights: weight_stage.Recipe | None = None) -> dict:
+        weights: weight_stage.Recipe | None = None, stage_name: str = STAGE) -> dict:
     """`python -m quantize fp16`: IN -> OUT/model.onnx + OUT/report.json; returns the report.
 
     `outliers`: "exclude" (the stress copy's magnitudes enter the plan, its checks are gated), "report" (the
     plan reads the model alone; the stress copy is converted with it and measured, not gated), "off".
     `weights`: a quantize stage's recipe applied to IN and its stress copy first (the q4f16 stage,
-    `quantize.q4f16`): the float16 plan and conversion then run on the quantized model; the reference stays IN's
-    fp32 outputs.
+    `quantize.q4f16`, whose `stage_name` names OUT's stage): the float16 plan and conversion then run on the
+    quantized model; the reference stays IN's fp32 outputs.
     """
     exclude = exclude or []
-    stage_name = STAGE if weights is None else "q4f16"
     _check_options(min_cosine, headroom, outliers, exclude)
     check_folder_output(out, stage_name, [path], force)
     timings: dict[str, float] = {}
@@ -204,7 +207,6 @@ def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False
         stressed, record = _stress_copy(fp32_file, timings) if outliers != "off" else (None, None)
         base, stressed_base = fp32_file, stressed
         if weights is not None:
-            source.model = None  # the plan reads the quantized model's file
             base, stressed_base = _weights(weights, fp32_file, stressed, source, probe, threads, timings)
         measured = _measure(source, base, stressed_base, data_input, [source.inputs[i] for i in probe], threads,
                             timings)

@@ -3,7 +3,7 @@ activations (onnx-community's `_q4f16`: 4-bit MatMulNBits, float16 activations; 
 
 IN -> OUT/model.onnx (the package's `vision_encoder_q4f16.onnx`) + OUT/report.json:
 1. The weights: the int4 stage's recipe, read from its report (default: the `int4` folder beside IN, the one
-   `make export` writes) and applied again to IN (`weight_stage.recipe`): bits, block size, symmetry, accuracy
+   `make export` writes) and applied again to IN (`weight_stage.Recipe`): bits, block size, symmetry, accuracy
    level, algorithm, the MatMuls it promoted to 8 bits, the outlier channels it split off into fp32 MatMuls (found
    again at the same calibration layouts), the MatMuls it excluded. RTN and HQQ are deterministic: the 4-bit
    weights are the shipped INT4's (the report checks the quantized-node count against the int4 report's).
@@ -51,4 +51,5 @@ def run(path: str | Path, out: str | Path, int4: str | Path | None = None, threa
     """`python -m quantize q4f16`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
     folder, report = int4_report(path, int4)
     recipe = weight_stage.Recipe.read(report, folder)
-    return fp16.run(path, out, threads, force, min_cosine, headroom, exclude, outliers, weights=recipe)
+    return fp16.run(path, out, threads, force, min_cosine, headroom, exclude, outliers, weights=recipe,
+                    stage_name=STAGE)

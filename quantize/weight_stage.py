@@ -120,7 +120,7 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
 
 @dataclass
 class Recipe:
-    """An int4 (or nbits) stage's weights recipe read back from its report, to apply again to the same fp32 input
+    """The int4 stage's weights recipe read back from its report, to apply again to the same fp32 input
     (the q4f16 stage): `config` as the report gives it, the MatMuls it promoted to `high` (its 8-bit settings),
     the outlier-channel ratio, the MatMuls it excluded, and how many nodes it quantized."""
 

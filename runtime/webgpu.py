@@ -85,11 +85,15 @@ def cases(manifest: dict, folder: Path) -> list[tuple[str, dict[str, np.ndarray]
     return [(case, fam.layout_inputs(layout, metadata, rng)) for case, layout in fam.default_layouts(metadata)]
 
 
+def in_env(home: Path, command: list[str]) -> list[str]:
+    """`command` run under the install's env.sh (the software Vulkan driver, its shader cache, the vector width)."""
+    return ["bash", "-c", 'source "$1" && shift && exec "$@"', "webgpu-env", str(home / "env.sh"), *command]
+
+
 def run_worker(home: Path, model: Path, inputs: Path, out: Path, timeout: float) -> dict:
     """The worker's JSON record of `model` at the cases in `inputs` (see runtime/webgpu_worker.py)."""
-    command = ["bash", "-c", 'source "$1" && exec "$2" "$3" "$4" "$5" "$6" "$7"', "webgpu-worker",
-               str(home / "env.sh"), str(home / "venv/bin/python"), str(WORKER), str(model), str(inputs), str(out),
-               str(WARM_RUNS)]
+    command = in_env(home, [str(home / "venv/bin/python"), str(WORKER), str(model), str(inputs), str(out),
+                            str(WARM_RUNS)])
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
