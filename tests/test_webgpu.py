@@ -119,6 +119,11 @@ def test_cli_json_report_and_missing_install(every_variant_packages, tmp_path, c
     report = json.loads(out.read_text())
     assert report["ok"] and [v["variant"] for v in report["variants"]] == ["int8"]
     assert {"MatMulInteger", "DynamicQuantizeLinear"} <= set(report["variants"][0]["on_cpu"])  # no WebGPU kernel
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": 1}\n')
+    assert runtime_cli.main(["webgpu-check", str(package), "--webgpu", str(home), "--json", str(other)]) == 2
+    assert "exists and is not an earlier result" in single_error(capsys.readouterr().err)
+    assert other.read_text() == '{"mine": 1}\n'
     assert runtime_cli.main(["webgpu-check", str(package), "--webgpu", str(home), "--variant", "q8"]) == 2
     assert "--variant q8: the package has fp32, fp16, int8, q4, q4f16" in single_error(capsys.readouterr().err)
 

@@ -121,8 +121,8 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
     flat = op.Reshape(stacked, op.Concat([1, -1], op.Shape(query, start=2, end=3), axis=0))  # [1, C * Q, C]
     real = op.Less(op.Unsqueeze(op.Range(0, q, 1), [0]), attended_rows)  # [C, Q]: the rows that are not padding
     # Compress straight on [1, C * Q, C]: an Unsqueeze after it would copy its N rows once more in ONNX Runtime.
-    # (Reading each short chunk on into the rows after it instead of padding, a copy less, costs more: those rows
-    # attend too, 1.16x on a 448x448 + 336x336 pack; bench/segment_loop.py.)
+    # (Reading each short chunk on into the rows after it instead of padding, a copy less, costs more where frames
+    # differ: those rows attend too.)
     return op.Compress(flat, op.Reshape(real, [-1]), axis=1)  # [1, N, C]
 
 
