@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bench.timing import pixels
+from core import onnx_io
 from core.report import peak_rss_mib
 from core.session import ORT_ERRORS, open_session
 
@@ -34,7 +35,7 @@ def timed(run) -> float:
 
 
 def measure(model: Path, grid: list, reps: int, threads: int, singles: list[list] | None) -> dict:
-    session = open_session(model, threads)
+    session = open_session(onnx_io.model_path(model), threads)  # a model.onnx or a stage folder
     record = {"rss_loaded_mib": round(rss_mib(), 1)}
     patch_dim = session.get_inputs()[0].shape[1]  # pixel_values [num_patches, 3*2*P*P]
     feed = pixels(grid, patch_dim=patch_dim)
