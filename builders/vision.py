@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from builders import family as family_builder
-from builders import onnx_export, validate
+from builders import onnx_export, static_export, validate
 from builders.checkpoint import family_of as checkpoint_family
 from builders.config import ModelConfig, load_config
 from core import onnx_io, session
@@ -29,6 +29,7 @@ from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.progress import say, step
 from core.staging import check_folder_output, keep_rejected, staged_folder
 from families import family as declared_family
+from families.static_size import StaticSize
 
 STAGE = "export"
 DEFAULT_MODEL = "qwen3-vl"
@@ -56,6 +57,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
     parser.add_argument("--example-grid", action="append", metavar="T,H,W",
                         help="an image of the export example, repeatable (default: the config's)")
+    parser.add_argument("--static", metavar="WIDTHxHEIGHT",
+                        help="a static graph of this one size, for NPUs (FRAMESxWIDTHxHEIGHT: a video): no symbolic "
+                             "dim, no Loop, the grid folded into constants, no grid_thw input (docs/npu.md)")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing --out folder that is not an earlier export")
@@ -110,6 +114,9 @@ def export(args: argparse.Namespace) -> int:
     config = model_config(args)
     # The registry is families.FAMILIES; each entry names its torch side (builders/<family>/family.py).
     fam = family_builder.load(declared_family(config.family, f"config {config.path}").builder)
+    if args.static:  # the size is checked against the patch grid here, before any work
+        fam = static_export.StaticBuilder(fam, config, args.checkpoint, StaticSize.parse(args.static))
+        args.ops = "standard"  # its attention is MatMul + Softmax
     exporter = "dynamo" if args.dynamo else "torchscript"
     if args.dynamic_shapes and not args.dynamo:
         raise UsageError("--dynamic-shapes applies to the torch.export path: add --dynamo")
@@ -117,6 +124,8 @@ def export(args: argparse.Namespace) -> int:
     export_fn = EXPORTERS[exporter]
     if args.dynamo:
         export_fn = partial(export_fn, dynamic=args.dynamic_shapes or onnx_export.DEFAULT_DYNAMIC_SHAPES, facts=shapes)
+    if args.static:
+        export_fn = fam.exporter(export_fn)  # constants folded, then the static check
     opset = args.opset if args.opset is not None else config.opset
     if not OPSETS[exporter][0] <= opset <= OPSETS[exporter][1]:
         raise UsageError(f"opset {opset} is not supported by the {exporter} path; use {OPSETS[exporter][0]}.."

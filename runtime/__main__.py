@@ -15,7 +15,7 @@ from core import onnx_io, session
 from core.errors import Parser, UsageError, main_wrapper
 from core.staging import check_result_file, staged_file
 from families import of_model
-from runtime import collection, embed, verify, webgpu
+from runtime import collection, embed, npu, verify, webgpu
 
 
 def check_finite(name: str, array: np.ndarray) -> None:
@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     collection.add_arguments(sub.add_parser("embed-collection", help="embeddings of a whole collection (a folder, a "
                                                                      "glob, a Parquet/CSV list) into a Parquet "
                                                                      "dataset, resumable, on Ray or locally"))
+    npu.add_arguments(sub.add_parser("npu-check", help="a static model on Qualcomm's HTP (QNN EP, simulator on x86) "
+                                                      "with CPU fallback disabled, against the CPU EP's fp32, and its "
+                                                      "context binary (needs the npu extra; docs/npu.md)"))
     webgpu.add_arguments(sub.add_parser("webgpu-check", help="every variant of a release package on ONNX Runtime's "
                                                             "WebGPU EP at every validation layout, against the CPU "
                                                             "EP's fp32 (needs `make webgpu`)"))
@@ -92,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             return embed.run(args)
         if args.command == "embed-collection":
             return collection.run(args)
+        if args.command == "npu-check":
+            return npu.run(args)
         if args.command == "webgpu-check":
             return webgpu.run(args)
         if args.threads is not None and args.threads < 1:

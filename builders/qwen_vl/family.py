@@ -9,14 +9,23 @@ import json
 import numpy as np
 import torch
 
+from builders import checkpoint as ckpt
 from builders.config import ModelConfig
 from builders.onnx_export import IOSpec
 from builders.qwen_vl import layouts
 from builders.qwen_vl.generations import TORCH_GENERATIONS, TorchGeneration
-from builders.qwen_vl.model import VisionEncoder, build_from_checkpoint, build_random, reference_outputs
+from builders.qwen_vl.model import (
+    VISION_PREFIXES,
+    VisionEncoder,
+    build_from_checkpoint,
+    build_random,
+    reference_outputs,
+)
+from builders.qwen_vl.static_model import StaticVisionEncoder
 from core.errors import UsageError
 from families import FAMILIES
 from families.qwen_vl import contract
+from families.static_size import StaticSize
 
 
 def patch_dim(visual) -> int:
@@ -79,6 +88,24 @@ class QwenBuilder:
         else:
             grid = config.example_grid_thw
         return contract.check_grid(grid, merge_size(visual))
+
+    #: What a static export (`--static`, `builders.static_export`) takes: the grid is the model's, not an input.
+    static_input_names = ("pixel_values",)
+
+    def static_grid(self, config: ModelConfig, checkpoint: str | None, size: StaticSize) -> np.ndarray:
+        """grid_thw int64 [1, 3] of a static size; UsageError naming the nearest valid sizes when it is off the
+        patch grid. Reads only config files (the checkpoint's config.json, else the config's vision keys, else
+        the generation's defaults): before any work."""
+        values = dict(self.generation.facts.vision_config_class()().to_dict())
+        values.update(config.vision)
+        if checkpoint:
+            values.update(ckpt.checkpoint_config(checkpoint, VISION_PREFIXES)[1].get("vision_config") or {})
+        merge = int(values["spatial_merge_size"])
+        grid = size.grid(int(values["patch_size"]), merge, int(values["temporal_patch_size"]))
+        return contract.check_grid([grid], merge)
+
+    def static_module(self, visual, grid_thw: np.ndarray) -> torch.nn.Module:
+        return StaticVisionEncoder(visual, self.generation, np.asarray(grid_thw).tolist()).eval()
 
     def example_inputs(self, visual, grid_thw: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
         """Random pixels for the example grid: {pixel_values [N, patch_dim], grid_thw [I, 3]} as torch tensors."""

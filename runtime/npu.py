@@ -1,0 +1,327 @@
+"""`python -m runtime npu-check MODEL_OR_PACKAGE [--soc-model N] [--htp-arch N]`: a static encoder on Qualcomm's HTP.
+
+The NPU of Snapdragon phones and Copilot+ PCs, through ONNX Runtime's QNN execution provider (PyPI
+`onnxruntime-qnn`, a plugin EP: the `npu` extra). On x86-64 Linux its HTP backend is Qualcomm's simulator of
+the NPU: it compiles and runs the same graph the device would, slowly (its times are not a device's speed).
+
+For each model (a model.onnx, a stage folder, or a package's `onnx/vision_encoder_static_*.onnx`):
+1. the session on the HTP backend with CPU fallback disabled (`session.disable_cpu_ep_fallback=1`): every node
+   runs on the NPU, or the check fails with one line naming the first node the EP refused and its reason (read
+   from the EP's own log), and what keeps the graph from being static (`core.static_graph`);
+2. real photos (scikit-image's, or `--images`) resized to the model's size (`families.qwen_vl.static_inputs`)
+   through it and through the CPU EP's fp32 model (the model itself, or for a `quantize qnn` / `fp16` variant the
+   fp32 model its report names as input): finite, min per-token cosine at or above the variant's floor
+   (`FLOORS`: fp16 precision 0.999, QDQ 0.98);
+3. the EP context binary (`ep.context_enable=1`) compiled for the SoC, loaded back on the HTP and run: the same
+   outputs as the session of step 1.
+A float32 model runs at HTP fp16 precision (`enable_htp_fp16_precision=1`, needs `soc_model` and `htp_arch`);
+a QDQ model (QuantizeLinear / DequantizeLinear, `python -m quantize qnn`) runs quantized.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from core import onnx_io, static_graph
+from core import parity as metrics
+from core import report as reports
+from core.errors import CheckFailed, UsageError, one_line
+from core.staging import check_result_file, staged_file
+
+#: The wheel the `npu` extra pins (pyproject.toml).
+QNN_PACKAGE = "onnxruntime-qnn==2.7.0"
+INSTALL_HINT = f"pip install '.[npu]' ({QNN_PACKAGE}: Linux x86-64 and Windows, Python 3.11+)"
+#: Min per-token cosine against the CPU EP's fp32, per precision the HTP runs the model in.
+FLOORS = {"fp16": 0.999, "qdq": 0.98}
+#: scikit-image photos npu-check runs (the calibration photos of `quantize qnn` are others: quantize.calibration).
+PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
+QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
+
+
+@dataclass(frozen=True)
+class Htp:
+    """The HTP target: `soc_model` (QNN's SoC id, e.g. 60 = Snapdragon 8 Gen 3 class) and `htp_arch` (e.g. 73 = v73).
+
+    One object from the command line to the session (`add_arguments`, `from_args`, `provider_options`)."""
+
+    soc_model: int = 60
+    htp_arch: int = 73
+
+    def __post_init__(self):
+        for name in ("soc_model", "htp_arch"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be a positive QNN id, got {getattr(self, name)}")
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        parser.add_argument("--soc-model", "--soc", type=int, default=Htp.soc_model, metavar="N",
+                            help=f"QNN SoC id the HTP compiles for (default {Htp.soc_model})")
+        parser.add_argument("--htp-arch", type=int, default=Htp.htp_arch, metavar="N",
+                            help=f"HTP architecture (default {Htp.htp_arch}, v73)")
+
+    @classmethod
+    def from_args(cls, args) -> Htp:
+        return cls(args.soc_model, args.htp_arch)
+
+    def provider_options(self, precision: str) -> dict[str, str]:
+        """The QNN EP's options: the HTP backend of the wheel, this SoC, fp16 precision unless QDQ."""
+        options = {"backend_path": qnn_module().get_qnn_htp_path(), "soc_model": str(self.soc_model),
+                   "htp_arch": str(self.htp_arch)}
+        if precision == "fp16":
+            options["enable_htp_fp16_precision"] = "1"
+        return options
+
+
+def qnn_module():
+    """`onnxruntime_qnn`, or UsageError saying how to install it."""
+    try:
+        import onnxruntime_qnn
+    except ImportError:
+        raise UsageError(f"onnxruntime-qnn is not installed: {INSTALL_HINT}") from None
+    return onnxruntime_qnn
+
+
+def unavailable() -> str | None:
+    """Why the QNN EP's HTP backend cannot run here (None when it can): for the tests' skip reasons."""
+    try:
+        devices()
+    except UsageError as err:
+        return str(err)
+    return None
+
+
+_REGISTERED: list = []
+
+
+def devices() -> list:
+    """The QNN EP's devices, registering the plugin library once per process."""
+    qnn = qnn_module()
+    if not _REGISTERED:
+        try:
+            ort.register_execution_provider_library(qnn.EP_NAME, qnn.get_library_path())
+        except Exception as err:  # noqa: BLE001 -- a library that does not load: one line
+            raise UsageError(f"the QNN EP library does not load ({one_line(str(err))}); {INSTALL_HINT}") from None
+        _REGISTERED.append(qnn.EP_NAME)
+    found = [d for d in ort.get_ep_devices() if d.ep_name == qnn.EP_NAME]
+    if not found:
+        raise UsageError(f"the QNN EP registered but offers no device; {INSTALL_HINT}")
+    return found
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """Everything written to file descriptors 1 and 2 inside the block (ONNX Runtime logs to 2 from C++, Qualcomm's
+    libraries print to 1), as `holder[0]` after it."""
+    holder: list[str] = [""]
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        saved = [os.dup(1), os.dup(2)]
+        for fd in (1, 2):
+            os.dup2(sink.fileno(), fd)
+        try:
+            yield holder
+        finally:
+            for fd, old in zip((1, 2), saved):
+                os.dup2(old, fd)
+                os.close(old)
+            sink.seek(0)
+            holder[0] = sink.read().decode("utf-8", "replace")
+
+
+def session_options(htp: Htp, precision: str, context: Path | None = None, verbose: bool = False):
+    """CPU fallback disabled, the QNN devices with `htp`'s options; with `context`, the EP context model written
+    there (its binary beside it, `ep.context_embed_mode=0`)."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 0 if verbose else 3
+    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if context is not None:
+        options.add_session_config_entry("ep.context_enable", "1")
+        options.add_session_config_entry("ep.context_file_path", str(context))
+        options.add_session_config_entry("ep.context_embed_mode", "0")
+    options.add_provider_for_devices(devices(), htp.provider_options(precision))
+    return options
+
+
+_REFUSED = re.compile(r"Validation FAILED[^\n]*\n\s*Operator type: (\S+) Node name: (\S+)[^\n]*\n\s*REASON : ([^\n]*)")
+
+
+def refusal(log: str, error: BaseException, model_file: Path) -> str:
+    """One line: the first node the EP refused and why (its verbose log), the EP's error, what is not static."""
+    found = _REFUSED.search(log)
+    unsupported = re.search(r"Unsupported nodes in QNN EP: (.*)", log)
+    count = unsupported.group(1).count("{ name:") if unsupported else 0
+    head = (f"the QNN EP refused node {found.group(2)} ({found.group(1)}): {found.group(3).strip()}"
+            + (f", and {count - 1} more node(s)" if count > 1 else "") if found
+            else f"the QNN EP failed: {one_line(str(error))[:300]}")
+    why = static_graph.problems(onnx_io.read_proto(model_file), limit=1)
+    return (f"{model_file}: {head}; CPU fallback is disabled, so nothing runs"
+            + (f"; the graph is not static ({why[0]}): export it with --static WIDTHxHEIGHT" if why else ""))
+
+
+def open_htp(model: Path | str, htp: Htp, precision: str, context: Path | None = None) -> ort.InferenceSession:
+    """A session with every node on the HTP; CheckFailed with `refusal`'s line when the EP refuses one."""
+    try:
+        with captured_stderr():
+            return ort.InferenceSession(str(model), sess_options=session_options(htp, precision, context))
+    except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.EPFail,
+            RuntimeError) as err:
+        with captured_stderr() as log, contextlib.suppress(Exception):  # again, with the EP's verbose log
+            ort.InferenceSession(str(model), sess_options=session_options(htp, precision, verbose=True))
+        raise CheckFailed(refusal(log[0], err, Path(model))) from None
+
+
+def precision_of(proto) -> str:
+    """'qdq' for a model with QuantizeLinear / DequantizeLinear, else 'fp16' (HTP fp16 precision)."""
+    return "qdq" if any(n.op_type in QDQ_OPS for n in proto.graph.node) else "fp16"
+
+
+def reference_of(model_file: Path) -> Path:
+    """The float32 model to compare with: a `quantize qnn` or `fp16` output's input (its report), else itself."""
+    report = reports.read_beside(model_file)
+    if report.get("stage") in ("qnn", "fp16", "qnn-fp16") and report.get("input"):
+        source = onnx_io.model_path(report["input"])
+        if not source.exists():
+            raise UsageError(f"{model_file}: its fp32 input {source} (report.json) is gone; give --reference")
+        return source
+    return model_file
+
+
+def models_in(path: Path) -> list[Path]:
+    """A model file, a stage folder's model.onnx, or a package's onnx/vision_encoder_static_*.onnx."""
+    path = Path(path)
+    if path.is_dir() and (path / "onnx").is_dir():
+        found = sorted((path / "onnx").glob("vision_encoder_static_*.onnx"))
+        if not found:
+            raise UsageError(f"{path} holds no onnx/vision_encoder_static_*.onnx (a package without static buckets)")
+        return found
+    return [onnx_io.model_path(path)]
+
+
+def photo_inputs(metadata: dict, images: list[Path] | None) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """(name, {pixel_values}) per photo at the model's static size."""
+    from families.qwen_vl import static_inputs
+    from runtime.images import load_rgb
+
+    if images:
+        loaded = [(p.name, load_rgb(p)) for p in images]
+    else:
+        try:
+            import skimage.data
+        except ImportError:
+            raise UsageError("no --images given and scikit-image (its sample photos) is not installed: pip install "
+                             "scikit-image, or pass --images FILE ...") from None
+        loaded = [(name, getattr(skimage.data, name)()) for name in PHOTOS]
+    return [(name, {"pixel_values": static_inputs.pixels(np.asarray(rgb), metadata)}) for name, rgb in loaded]
+
+
+def check_model(model_file: Path, htp: Htp, images: list[Path] | None = None, reference: Path | None = None,
+                context_dir: Path | None = None) -> dict:
+    """One model through steps 1-3 of the module docstring: its record ({file, precision, floor, ok, ...})."""
+    proto = onnx_io.read_proto(model_file)
+    metadata = {p.key: p.value for p in proto.metadata_props}
+    precision = precision_of(proto)
+    started = time.perf_counter()
+    sess = open_htp(model_file, htp, precision)  # first: a model the HTP refuses is refused before anything else
+    session_s = time.perf_counter() - started
+    cases = photo_inputs(metadata, images)
+    reference = Path(reference) if reference else reference_of(model_file)
+    record = {"file": str(model_file), "reference": str(reference), "precision": precision,
+              "floor": FLOORS[precision], "soc_model": htp.soc_model, "htp_arch": htp.htp_arch,
+              "static_size": metadata.get("static_size"), "photos": [name for name, _ in cases]}
+    record["session_s"] = session_s
+    cpu = ort.InferenceSession(str(reference), providers=["CPUExecutionProvider"])
+    names = [o.name for o in cpu.get_outputs()]
+    worst, finite, first = 1.0, True, None
+    started = time.perf_counter()
+    for name, feeds in cases:
+        got, want = sess.run(names, feeds), cpu.run(names, feeds)
+        first = first or got
+        finite &= all(bool(np.isfinite(g).all()) for g in got)
+        worst = min([worst] + [metrics.min_token_cosine(g, w) for g, w in zip(got, want)])
+    record.update(finite=finite, min_token_cosine=worst, htp_run_s=time.perf_counter() - started)
+    del sess
+    with tempfile.TemporaryDirectory(prefix="vision-onnx-qnn-ctx-") as tmp:
+        folder = Path(context_dir) if context_dir else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        context = folder / f"{model_file.stem}_ctx.onnx"
+        started = time.perf_counter()
+        compiled = open_htp(model_file, htp, precision, context)
+        record["context_compile_s"] = time.perf_counter() - started
+        del compiled
+        binaries = sorted(p for p in folder.glob("*.bin"))
+        if not context.exists() or not binaries:
+            raise CheckFailed(f"{model_file}: the QNN EP wrote no context model and binary into {folder}")
+        record["context"] = {"model": context.name, "binaries": {p.name: p.stat().st_size for p in binaries}}
+        loaded = open_htp(context, htp, precision)
+        again = loaded.run(names, cases[0][1])
+        record["context"]["max_abs_vs_session"] = max(float(np.abs(a - b).max()) for a, b in zip(again, first))
+    problems = []
+    if not finite:
+        problems.append("non-finite outputs")
+    if worst < record["floor"]:
+        problems.append(f"min per-token cosine {worst:.5f} < floor {record['floor']}")
+    if record["context"]["max_abs_vs_session"] > 1e-3 * max(1.0, max(float(np.abs(a).max()) for a in first)):
+        problems.append(f"the context binary's outputs differ ({record['context']['max_abs_vs_session']:.2e})")
+    record.update(ok=not problems, problems=problems)
+    return record
+
+
+def line(record: dict) -> str:
+    """One line per model."""
+    size = sum(record["context"]["binaries"].values()) / 2**20
+    head = (f"{record['file']}: every node on the HTP (soc {record['soc_model']}, v{record['htp_arch']}, "
+            f"{record['precision']}), {len(record['photos'])} photos at {record['static_size']}: min per-token cosine "
+            f"{record['min_token_cosine']:.5f} vs CPU fp32 (floor {record['floor']}), "
+            f"{'finite' if record['finite'] else 'NON-FINITE'}; context binary {size:.1f} MiB compiled in "
+            f"{record['context_compile_s']:.1f} s and loaded back (simulator times, not a device's)")
+    return head + ("" if record["ok"] else f"; FAILED: {'; '.join(record['problems'])}")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", type=Path, metavar="MODEL_OR_PACKAGE",
+                        help="a static model.onnx, its stage folder, or a package with onnx/vision_encoder_static_*")
+    Htp.add_arguments(parser)
+    parser.add_argument("--images", type=Path, nargs="+", metavar="FILE",
+                        help="photos to run (default: scikit-image's sample photos)")
+    parser.add_argument("--reference", type=Path, metavar="FP32_MODEL",
+                        help="the fp32 model to compare with (default: the model itself, or the input its report "
+                             "names for a quantize qnn / fp16 variant)")
+    parser.add_argument("--context-dir", type=Path, metavar="DIR",
+                        help="keep the EP context model and binary in DIR (default: a temporary folder)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the records to FILE")
+    parser.add_argument("--force", action="store_true", help="replace an existing --json FILE npu-check wrote")
+
+
+def _earlier_report(path: Path) -> bool:
+    try:
+        return "npu_check" in json.loads(path.read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def run(args) -> int:
+    """The `npu-check` subcommand."""
+    htp = Htp.from_args(args)
+    if args.json:  # refused before any work: never replaces a file this command did not write
+        args.json = check_result_file(args.json, [args.model], args.force, ".json", _earlier_report)
+    devices()
+    records = []
+    for model_file in models_in(args.model):
+        records.append(check_model(model_file, htp, args.images, args.reference, args.context_dir))
+        print(line(records[-1]), flush=True)
+    if args.json:
+        with staged_file(args.json) as tmp:
+            tmp.write_text(json.dumps({"npu_check": records}, indent=1) + "\n")
+    failed = [r["file"] for r in records if not r["ok"]]
+    if failed:
+        raise CheckFailed(f"on the HTP, {', '.join(failed)} failed (see the lines above)")
+    return 0
