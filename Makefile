@@ -10,6 +10,10 @@ DYNAMO ?=
 # Runtime's (they fuse its contrib ops), so they do not run.
 OPS ?=
 FP16 ?=
+# STATIC=WxH[,WxH...]: static specializations for NPUs instead of the dynamic pipeline (docs/npu.md): per size,
+# build/MODEL/static-WxH/export (builders.vision --static), .../qnn (A16W8 QDQ) and .../fp16 (HTP fp16 precision).
+STATIC ?=
+comma := ,
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -69,6 +73,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[export,dev,ray,genai,openvino]'
+	@# The npu extra (onnxruntime-qnn: x86-64 manylinux_2_35 and Windows wheels only) on its own line: where it cannot
+	@# be installed, the rest of the install stands and the NPU tests skip with the reason (docs/npu.md).
+	$(PY) -m pip install -q -e '.[npu]' || echo "onnxruntime-qnn not installed: the NPU tests will skip"
 	touch $(STAMP)
 
 # export -> surgery (the family's checks: Qwen3-VL debake + audit + claims, Phi-4-multimodal claims) -> optimize
@@ -78,7 +85,12 @@ EXPORT_ARGS = $(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,x)),--model $(MODEL))
 	$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo)
 
 export: $(STAMP)
-ifeq ($(OPS),standard)
+ifneq ($(STATIC),)
+	$(foreach s,$(subst $(comma), ,$(STATIC)),$(PY) -m builders.vision $(EXPORT_ARGS) --static $(s) \
+		--out $(BUILD)/static-$(s)/export && \
+		$(PY) -m quantize qnn $(BUILD)/static-$(s)/export $(BUILD)/static-$(s)/qnn && \
+		$(PY) -m quantize fp16 $(BUILD)/static-$(s)/export $(BUILD)/static-$(s)/fp16 --outliers off &&) true
+else ifeq ($(OPS),standard)
 	$(PY) -m builders.vision $(EXPORT_ARGS) --ops standard --out $(BUILD)/standard
 else
 	$(PY) -m builders.vision $(EXPORT_ARGS) --out $(BUILD)/export

@@ -104,5 +104,39 @@ class StaticBuilder:
 
 
 def fold(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Every subgraph of constants folded (rotary tables, position embedding, window order's inverse)."""
-    return onnxscript.optimizer.optimize(model, input_size_limit=FOLD_LIMIT, output_size_limit=FOLD_LIMIT)
+    """Every subgraph of constants folded (rotary tables, position embedding, window order's inverse): onnxscript's
+    optimizer, then `fold_rest` for what it leaves (torch.export's argsort of the window order is a TopK on an
+    initializer), then the optimizer again."""
+    model = onnxscript.optimizer.optimize(model, input_size_limit=FOLD_LIMIT, output_size_limit=FOLD_LIMIT)
+    if fold_rest(model):
+        model = onnxscript.optimizer.optimize(model, input_size_limit=FOLD_LIMIT, output_size_limit=FOLD_LIMIT)
+    return model
+
+
+def fold_rest(model: onnx.ModelProto) -> int:
+    """Replace, in graph order, each standard node whose inputs are all initializers (at most FOLD_LIMIT elements)
+    by initializers holding its outputs, computed by the ONNX reference evaluator; returns the nodes folded."""
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    known = {t.name: t for t in model.graph.initializer}
+    opsets = [o for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    kept, folded = [], 0
+    for node in model.graph.node:
+        inputs = [name for name in node.input if name]
+        small = sum(int(np.prod(known[n].dims)) for n in inputs if n in known) <= FOLD_LIMIT
+        if (node.domain not in ("", "ai.onnx") or not inputs or not all(n in known for n in inputs) or not small
+                or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)):
+            kept.append(node)
+            continue
+        graph = onnx.helper.make_graph([node], "fold", [], [onnx.helper.make_tensor_value_info(o, 0, None)
+                                                            for o in node.output if o],
+                                       [known[n] for n in dict.fromkeys(inputs)])
+        values = ReferenceEvaluator(onnx.helper.make_model(graph, opset_imports=opsets)).run(None, {})
+        for name, value in zip([o for o in node.output if o], values):
+            known[name] = numpy_helper.from_array(np.asarray(value), name)
+            model.graph.initializer.append(known[name])
+        folded += 1
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return folded

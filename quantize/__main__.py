@@ -1,4 +1,4 @@
-"""`python -m quantize {optimize,int8,int4,fp16,q4f16} IN OUT ...`: the optimize, INT8, INT4, fp16 and q4f16 stages.
+"""`python -m quantize {optimize,int8,int4,fp16,q4f16,qnn} IN OUT ...`: the optimize, INT8, INT4, fp16, q4f16 and qnn stages.
 
 IN is a model.onnx (or a stage folder holding one); OUT is a stage folder that receives model.onnx
 (+ model.onnx.data when large) and report.json. Exit 0 on success, 1 when a pass breaks parity
@@ -11,7 +11,18 @@ import sys
 from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
-from quantize import fp16, fp16_plan, int4, int8, optimize, outlier_channels, outlier_check, q4f16, quantizers
+from quantize import (
+    fp16,
+    fp16_plan,
+    int4,
+    int8,
+    optimize,
+    outlier_channels,
+    outlier_check,
+    q4f16,
+    qnn,
+    quantizers,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -22,7 +33,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     int4_cmd = commands.add_parser("int4", help="weight-only INT4 (MatMulNBits)")
     fp16_cmd = commands.add_parser("fp16", help="float16 weights and activations, float32 where they would overflow")
     q4f16_cmd = commands.add_parser("q4f16", help="the INT4 variant's 4-bit weights under float16 activations (WebGPU)")
-    for sub in (opt, int8_cmd, int4_cmd, fp16_cmd, q4f16_cmd):
+    qnn_cmd = commands.add_parser("qnn", help="A16W8 QDQ of a static export for Qualcomm's HTP (docs/npu.md)")
+    qnn_cmd.add_argument("--min-cosine", type=float, default=qnn.DEFAULT_MIN_COSINE, metavar="COS",
+                         help="min per-token cosine against fp32 on photos (default %(default)s)")
+    for sub in (opt, int8_cmd, int4_cmd, fp16_cmd, q4f16_cmd, qnn_cmd):
         sub.add_argument("input", type=Path, metavar="IN", help="model.onnx or a stage folder")
         sub.add_argument("out", type=Path, metavar="OUT", help="output stage folder")
         sub.add_argument("--threads", type=int, default=0, help="ORT intra-op threads for the checks (0: all)")
@@ -166,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "fp16":
             fp16.run(args.input, args.out, args.threads, args.force, args.min_cosine, args.headroom, args.exclude,
                      args.outliers)
+        elif args.command == "qnn":
+            qnn.run(args.input, args.out, args.threads, args.force, args.min_cosine)
         elif args.command == "q4f16":
             q4f16.run(args.input, args.out, args.int4, args.threads, args.force, args.min_cosine, args.headroom,
                       args.exclude, args.outliers)

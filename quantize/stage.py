@@ -1,5 +1,6 @@
 """What the optimize and int4 stages share: input checks, reference outputs, the report skeleton."""
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,12 +46,15 @@ def read_input(path: str | Path, threads: int) -> StageInput:
     metadata = {p.key: p.value for p in graph.metadata_props}
     family = of_model(metadata, model_file)
     names = onnx_io.input_names(graph)
-    if names != list(family.input_names):
+    static = json.loads(metadata.get("static_inputs", "null"))  # a --static export takes only these (the grid is its)
+    if names != (static or list(family.input_names)):
         raise UsageError(f"{model_file} has inputs {names}, but a {family.name} encoder takes "
                          f"{list(family.input_names)} (export it with `python -m builders.vision`)")
     del graph
     layouts = layouts_mod.layouts_for(model_file, metadata, family)
     inputs = layouts_mod.layout_inputs(family, layouts, metadata)
+    if static:
+        inputs = [{name: feed[name] for name in static} for feed in inputs]
     reference = stage_outputs.read(model_file, inputs)
     reference_from = f"{model_file.with_name(stage_outputs.FILE)} (written by IN's stage, fingerprints match)"
     if reference is None:

@@ -1,0 +1,139 @@
+"""The qnn stage: `python -m quantize qnn IN OUT`: the QDQ form Qualcomm's HTP runs best, A16W8.
+
+IN is a static export (`python -m builders.vision --static WIDTHxHEIGHT`, only pixel_values as input: the NPU
+compiles static graphs only). OUT/model.onnx (+ report.json) is its QDQ form made by ONNX Runtime's QNN helpers
+(`onnxruntime.quantization.execution_providers.qnn`): `qnn_preprocess_model` (Erf sequences fused into Gelu,
+LayerNorm), then `get_qnn_qdq_config` with uint16 activations and int8 symmetric weights, per channel where
+QNN takes it (the helper keeps MatMul weights per tensor: QNN has no per-channel MatMul), and `quantize`.
+Activations are calibrated (MinMax) on real photos (scikit-image's, `quantize.calibration.photo`) resized to
+the model's size (`families.qwen_vl.static_inputs`): `CALIBRATION`. The check, on the CPU EP against IN's fp32:
+the photos `python -m runtime npu-check` runs (`runtime.npu.PHOTOS`, none of them calibration photos), whose
+min per-token cosine must reach `--min-cosine` (default 0.98, npu-check's QDQ floor; else exit 2, nothing
+written), and IN's validation layouts (random pixels, outside any photo's range: a figure, not a gate).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from core import onnx_io
+from core import parity as metrics
+from core import report as reports
+from core.errors import CheckFailed, UsageError
+from core.progress import say, step
+from core.session import open_session
+from core.staging import check_folder_output, staged_folder
+from families.qwen_vl import static_inputs
+from quantize import calibration, stage
+from runtime import npu
+
+STAGE = "qnn"
+DEFAULT_MIN_COSINE = npu.FLOORS["qdq"]
+#: Calibration photos: calibration.PHOTOS less the ones npu-check and this stage's check run.
+CALIBRATION = tuple(p for p in calibration.PHOTOS if p not in npu.PHOTOS)
+#: The QDQ types: uint16 activations, int8 weights (A16W8).
+ACTIVATIONS, WEIGHTS = "QUInt16", "QInt8"
+
+
+def photo_feeds(names: tuple[str, ...], metadata: dict) -> list[dict[str, np.ndarray]]:
+    """{pixel_values} of each photo resized to the static model's size."""
+    return [{"pixel_values": static_inputs.pixels(calibration.photo(name), metadata)} for name in names]
+
+
+def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work: Path) -> None:
+    """`src` (fp32) -> `dst` (A16W8 QDQ for the QNN EP), calibrated on `feeds`."""
+    from onnxruntime.quantization import QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config, qnn_preprocess_model
+
+    # qnn_preprocess_model fails on a model with metadata_props (ORT 1.32 updates a dict with the proto's repeated
+    # field): they are set aside here and put back on the result.
+    model = onnx.load(str(src))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    del model.metadata_props[:]
+    plain, prepared = work / "plain.onnx", work / "prepared.onnx"
+    onnx_io.save_proto(model, plain)
+    del model
+    if not qnn_preprocess_model(str(plain), str(prepared)):
+        prepared = plain
+    config = get_qnn_qdq_config(str(prepared), calibration._Reader(feeds),
+                                activation_type=getattr(QuantType, ACTIVATIONS),
+                                weight_type=getattr(QuantType, WEIGHTS), per_channel=True)
+    quantize(str(prepared), str(work / "qdq.onnx"), config)
+    result = onnx.load(str(work / "qdq.onnx"))
+    onnx.helper.set_model_props(result, {**{p.key: p.value for p in result.metadata_props}, **metadata})
+    onnx_io.save_proto(result, dst)
+
+
+def _checked(model_file: Path, names: list[str], feeds: list[dict], reference: list, threads: int) -> dict:
+    cases = metrics.check(open_session(model_file, threads), [{"case": n} for n in names], feeds, reference,
+                          tolerance=None)
+    finite = all(not o.get("nonfinite") for c in cases for o in c["outputs"].values())
+    return {"finite": finite, **metrics.worst(cases), "cases": cases}
+
+
+def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False,
+        min_cosine: float = DEFAULT_MIN_COSINE) -> dict:
+    """IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+    if not 0 <= min_cosine <= 1:
+        raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
+    check_folder_output(out, STAGE, [path], force)
+    timings: dict[str, float] = {}
+    out = Path(out)
+    with step("load the input and run it at the validation layouts", timings):
+        source = stage.read_input(path, threads)
+    if "static_grid_thw" not in source.metadata:
+        raise UsageError(f"{source.path} is not a static export: the QNN EP compiles static graphs only; export one "
+                         "with python -m builders.vision --static WIDTHxHEIGHT")
+    with step(f"photos at {source.metadata['static_size']}: {len(CALIBRATION)} for calibration, "
+              f"{len(npu.PHOTOS)} to check", timings):
+        calibration_feeds = photo_feeds(CALIBRATION, source.metadata)
+        check_feeds = photo_feeds(npu.PHOTOS, source.metadata)
+        fp32 = open_session(source.path, threads)
+        photo_reference = metrics.run_all(fp32, check_feeds)
+        calibration_reference = metrics.run_all(fp32, calibration_feeds)
+        del fp32
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".qnn-work-", dir=out.parent) as tmp:
+        work = Path(tmp)
+        fp32_file = work / "fp32.onnx"
+        stage.name_nodes(source.model)
+        onnx_io.save(source.model, fp32_file)
+        source.model = None
+        with staged_folder(out, STAGE, [path], force, keep_log=True) as staged:
+            model_file = staged / onnx_io.MODEL_FILE
+            with step(f"A16W8 QDQ (activations {ACTIVATIONS}, weights {WEIGHTS} per channel), MinMax calibration",
+                      timings):
+                quantize_qdq(fp32_file, model_file, calibration_feeds, work)
+            with step("check on the CPU EP against fp32: photos, calibration photos, validation layouts", timings):
+                photos = _checked(model_file, list(npu.PHOTOS), check_feeds, photo_reference, threads)
+                seen = _checked(model_file, list(CALIBRATION), calibration_feeds, calibration_reference, threads)
+                layouts = _checked(model_file, [lay["case"] for lay in source.layouts], source.inputs,
+                                   source.reference, threads)
+            if not photos["finite"]:
+                raise CheckFailed("the QDQ model gives non-finite outputs on photos; nothing written")
+            if photos["min_token_cosine"] < min_cosine:
+                raise UsageError(f"the QDQ model reaches min per-token cosine {photos['min_token_cosine']:.5f} "
+                                 f"against fp32 on photos, below --min-cosine {min_cosine}; nothing written")
+            files, input_files = onnx_io.file_sizes(model_file), onnx_io.file_sizes(source.path)
+            report = {
+                **stage.report_header(STAGE, source),
+                "config": {"activations": ACTIVATIONS, "weights": WEIGHTS, "per_channel": True,
+                           "calibration": "MinMax", "calibration_photos": list(CALIBRATION),
+                           "min_cosine": min_cosine, "static_size": source.metadata["static_size"]},
+                "validation": {"reference": "fp32 input model, ONNX Runtime CPU EP", "photos": photos,
+                               "calibration_photos": seen, "random_layouts": layouts},
+                "min_token_cosine": photos["min_token_cosine"],
+                "op_counts": stage.op_counts(onnx_io.load(model_file)),
+                "files": files, "input_files": input_files,
+                "size_ratio": sum(files.values()) / sum(input_files.values()),
+                **stage.report_footer(timings),
+            }
+            reports.write(staged, report)
+    say(f"wrote {out}/model.onnx (A16W8 QDQ, {sum(files.values()) / 2**20:.1f} MiB); min per-token cosine vs fp32 on "
+        f"the CPU EP: photos {photos['min_token_cosine']:.5f}, calibration photos {seen['min_token_cosine']:.5f}, "
+        f"random-pixel layouts {layouts['min_token_cosine']:.5f}")
+    return report
