@@ -4,6 +4,8 @@ Safetensors only (never pickle); only the shards that hold the wanted prefix are
 """
 
 import json
+import re
+import struct
 from pathlib import Path
 
 import torch
@@ -11,17 +13,43 @@ from safetensors import SafetensorError, safe_open
 
 from core.errors import UsageError
 from core.report import read_json_object
+from families.untrusted import refuse_code
 
 INDEX = "model.safetensors.index.json"
 
 
+#: A model hub id: ORG/NAME of letters, digits, '-', '_' and '.' (the hub's own rule, without its length limits).
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
+def looks_local(checkpoint: str) -> bool:
+    """Whether CHECKPOINT is meant as a local path, never to be looked up on the hub: anything but ORG/NAME, and an
+    ORG/NAME whose ORG is a folder here (`ckpts/qwen3-vl` with a mistyped name) or that ends in '/'."""
+    if not HUB_ID.fullmatch(checkpoint):
+        return True
+    try:
+        return Path(checkpoint.split("/", 1)[0]).is_dir()
+    except (OSError, ValueError):
+        return True
+
+
 def resolve_checkpoint(checkpoint: str, prefixes: tuple[str, ...]) -> Path:
-    """A local folder as is; otherwise a hub id, fetching config.json and only the needed shards."""
+    """A local folder as is; otherwise a hub id, fetching config.json and only the needed shards. A CHECKPOINT
+    that looks like a local path (`looks_local`) and is not a folder is one error line, never a hub lookup."""
     path = Path(checkpoint)
-    if path.is_dir():
-        return path
-    if path.exists() or checkpoint.count("/") != 1 or checkpoint.startswith((".", "/")):
-        raise UsageError(f"checkpoint {checkpoint!r} is not a folder (nor a hub id like 'Qwen/Qwen3-VL-2B-Instruct')")
+    try:
+        if path.is_dir():
+            return path
+        exists = path.exists()
+    except (OSError, ValueError) as err:
+        raise UsageError(f"checkpoint {checkpoint[:200]!r} cannot be read ({getattr(err, 'strerror', None) or err}); "
+                         "give the folder of a save_pretrained checkpoint") from None
+    if exists:
+        raise UsageError(f"checkpoint {checkpoint!r} is a file, not a folder: give the folder of a save_pretrained "
+                         "checkpoint")
+    if looks_local(checkpoint):
+        raise UsageError(f"checkpoint folder {checkpoint!r} does not exist (a local path; a hub id looks like "
+                         "'Qwen/Qwen3-VL-2B-Instruct'); check the path")
     return _fetch_from_hub(checkpoint, prefixes)
 
 
@@ -51,7 +79,9 @@ def checkpoint_config(checkpoint: str, prefixes: tuple[str, ...]) -> tuple[Path,
     config_path = folder / "config.json"
     if not config_path.exists():
         raise UsageError(f"checkpoint folder {folder} has no config.json")
-    return folder, read_config_json(config_path)
+    config = read_config_json(config_path)
+    refuse_code(config, config_path)  # nothing of a checkpoint ever runs (families/untrusted.py)
+    return folder, config
 
 
 def read_config_json(path: Path) -> dict:
@@ -59,11 +89,12 @@ def read_config_json(path: Path) -> dict:
     return read_json_object(path, "checkpoint file", "save the checkpoint again")
 
 
-def load_prefixed_state_dict(folder: Path, prefixes: tuple[str, ...]) -> tuple[dict, str]:
-    """Tensors whose names start with the first prefix found, with it stripped; and that prefix.
+#: The most bytes a safetensors header may declare (the format's own limit is 100 MB).
+HEADER_LIMIT = 100 * 10**6
 
-    Raises UsageError when the folder has no safetensors or none of its tensors has the prefix.
-    """
+
+def _shards(folder: Path, prefixes: tuple[str, ...]) -> list[Path]:
+    """The safetensors files that may hold tensors of `prefixes` (all of them without a shard index)."""
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         pickles = [p.name for p in folder.glob("*.bin")] + [p.name for p in folder.glob("*.pt")]
@@ -74,8 +105,57 @@ def load_prefixed_state_dict(folder: Path, prefixes: tuple[str, ...]) -> tuple[d
         weight_map = read_config_json(index_path).get("weight_map")
         if not isinstance(weight_map, dict):
             raise UsageError(f"checkpoint {index_path} has no weight_map; save the checkpoint again")
-        wanted = {folder / f for k, f in weight_map.items() if k.startswith(prefixes)}
+        wanted = {folder / f for k, f in weight_map.items() if isinstance(f, str) and k.startswith(prefixes)}
         files = [f for f in files if f in wanted]
+    return files
+
+
+def header_shapes(folder: Path, prefixes: tuple[str, ...]) -> dict[str, list[int]]:
+    """{tensor name without its prefix: shape} of the first prefix found, read from the safetensors headers only
+    (a few KB; no tensor is loaded, no torch module built). UsageError for an unreadable header."""
+    files = _shards(folder, prefixes)
+    found: dict[str, dict[str, list[int]]] = {}
+    for file in files:
+        try:
+            with open(file, "rb") as f:
+                size = struct.unpack("<Q", f.read(8))[0]
+                if size > min(HEADER_LIMIT, file.stat().st_size - 8):
+                    raise ValueError(f"header of {size:,} bytes")
+                header = json.loads(f.read(size))
+            entries = {k: [int(d) for d in v["shape"]] for k, v in header.items() if k != "__metadata__"}
+        except (OSError, ValueError, struct.error, TypeError, KeyError, AttributeError) as err:
+            raise UsageError(f"checkpoint file {file} is not a readable safetensors file ({err or type(err).__name__}); "
+                             "copy it again or save the checkpoint again") from None
+        for prefix in prefixes:
+            found.setdefault(prefix, {}).update({k[len(prefix):]: v for k, v in entries.items() if k.startswith(prefix)})
+    return next((found[p] for p in prefixes if found.get(p)), {})
+
+
+def check_dims(shapes: dict[str, list[int]], depth: tuple[str, int], widths: dict[str, int], stack: str,
+               config_path: Path) -> None:
+    """The config's depth and widths against the weights' shapes, before any module is built (so a config cannot
+    make the export build more than its weights hold): `depth` (key, value) may not exceed the blocks named
+    `STACK.N.` in the header (fewer: the weights left over are reported after loading); each of `widths`
+    {key: value} must be a dimension of some weight. UsageError naming the key, the config and the weights."""
+    pattern = re.compile(rf"(?:^|\.){re.escape(stack)}\.(\d+)\.")
+    blocks = {int(m.group(1)) for name in shapes if (m := pattern.search(name))}
+    key, value = depth
+    if value > len(blocks):
+        raise UsageError(f"checkpoint {config_path}: {key} is {value}, but its weights hold {len(blocks)} "
+                         f"{stack} blocks; config.json and weights disagree")
+    dims = {d for shape in shapes.values() for d in shape}
+    for key, value in widths.items():
+        if value not in dims:
+            raise UsageError(f"checkpoint {config_path}: {key} is {value}, but no weight has a dimension of that "
+                             "size; config.json and weights disagree")
+
+
+def load_prefixed_state_dict(folder: Path, prefixes: tuple[str, ...]) -> tuple[dict, str]:
+    """Tensors whose names start with the first prefix found, with it stripped; and that prefix.
+
+    Raises UsageError when the folder has no safetensors or none of its tensors has the prefix.
+    """
+    files = _shards(folder, prefixes)
     for prefix in prefixes:
         state = {}
         for file in files:

@@ -110,7 +110,8 @@ def check_values(values: dict, defaults: dict, path: str | Path, prefix: str = "
     """Each value has the type of the config class's default for that key (UsageError naming the key).
 
     Integers must be integers >= 1 (>= 0 where the default is 0), numbers finite and >= 0 where the
-    default is, strings strings, lists lists of the default's element type (integers >= 0 when empty).
+    default is, strings strings, lists lists of the default's element type (integers >= 0 when empty),
+    mappings mappings whose keys are checked the same way against the default's (`rope_parameters`).
     """
     for key, value in values.items():
         default = defaults.get(key)
@@ -131,6 +132,10 @@ def check_values(values: dict, defaults: dict, path: str | Path, prefix: str = "
             ints = not default or all(_is_int(v) for v in default)
             ok = isinstance(value, list) and (not ints or all(_is_int(v) and v >= 0 for v in value))
             want = "a list of integers >= 0" if ints else "a list"
+        elif isinstance(default, dict):
+            if isinstance(value, dict):
+                check_values(value, default, path, f"{prefix}{key}.")
+            ok, want = isinstance(value, dict), "a mapping"
         else:
             continue
         if not ok:

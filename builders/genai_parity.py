@@ -92,7 +92,7 @@ def reference_inputs(checkpoint: Path, paths: list[Path], text: str) -> dict[str
 
     processor = preprocess.load_processor(checkpoint)
     pixel_values, grid = preprocess.preprocess(processor, [image_files.load_rgb(p) for p in paths])
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint), trust_remote_code=False)  # never prompts
     pieces = prompt(len(paths), text).split(PAD)  # Qwen3VLProcessor: each image pad -> that image's token count
     counts = [int(np.prod(g)) // processor.merge_size**2 for g in grid]
     expanded = pieces[0] + "".join(PAD * n + rest for n, rest in zip(counts, pieces[1:], strict=True))
@@ -135,7 +135,8 @@ def load_model(checkpoint: Path):
     """The checkpoint's *ForConditionalGeneration (Qwen3-VL, Qwen2.5-VL, Qwen3.5) in float32."""
     from transformers import AutoModelForImageTextToText
 
-    return AutoModelForImageTextToText.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+    return AutoModelForImageTextToText.from_pretrained(str(checkpoint), dtype=torch.float32,
+                                                        trust_remote_code=False).eval()
 
 
 def compare(package: Path, checkpoint: Path, paths: list[Path], text: str, steps: int = 8, model=None) -> dict:

@@ -27,7 +27,7 @@ from transformers import Qwen2Tokenizer, Qwen3VLConfig, Qwen3VLForConditionalGen
 from builders.config import load_config
 from core.errors import Parser, UsageError, main_wrapper
 from core.progress import say
-from core.staging import staged_folder
+from core.staging import add_clobber_argument, staged_folder
 from families.qwen_vl import preprocess
 from families.qwen_vl.generations import GENERATIONS
 
@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     parser.add_argument("--dims", choices=sorted(TEXT), default="tiny", help="tiny (default) or 2b")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
-    parser.add_argument("--force", action="store_true", help="replace an existing --out folder")
+    parser.add_argument("--force", action="store_true", help="replace an existing --out folder this tool wrote")
+    add_clobber_argument(parser)
     parser.add_argument("--family", choices=["qwen3-vl", *FAMILY_TINY], default="qwen3-vl",
                         help="the model (default qwen3-vl; the others tiny only)")
 

@@ -27,7 +27,7 @@ from core import onnx_io, session
 from core import report as reports
 from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.progress import say, step
-from core.staging import check_folder_output, keep_rejected, staged_folder
+from core.staging import add_clobber_argument, check_folder_output, keep_rejected, staged_folder
 from families import family as declared_family
 from families.static_size import StaticSize
 
@@ -62,7 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "dim, no Loop, the grid folded into constants, no grid_thw input (docs/npu.md)")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--force", action="store_true",
-                        help="replace an existing --out folder that is not an earlier export")
+                        help="replace an existing --out folder that another stage of this tool wrote (only its listed "
+                             "files)")
+    add_clobber_argument(parser)
     parser.add_argument("--no-memory-check", action="store_true",
                         help="export even when the example grid looks too large for this machine's memory")
     return parser.parse_args(argv)

@@ -96,7 +96,15 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
             raise UsageError(
                 f"{path}: external file '{location}' has {file.stat().st_nlink} hard links, which onnx-ir refuses "
                 "to read (a guard against link attacks); give the model its own copy of the file")
-        end = int(info.get("offset", 0)) + int(info.get("length", 0))
+        try:
+            offset, length = (int(info.get(key) or 0) for key in ("offset", "length"))
+        except ValueError:
+            offset = length = -1
+        if offset < 0 or length < 0:
+            raise UsageError(
+                f"{path}: weight '{tensor.name}' has external-data offset {info.get('offset')!r} and length "
+                f"{info.get('length')!r}, which are not byte counts; the model file is corrupt: export it again")
+        end = offset + length
         if file.stat().st_size < end:
             raise UsageError(
                 f"{path}: external file '{location}' is truncated ({file.stat().st_size} bytes, weight "

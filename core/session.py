@@ -152,10 +152,21 @@ def owned(outputs: list[np.ndarray]) -> list[np.ndarray]:
     return [np.array(o, copy=True) for o in outputs]
 
 
+#: How ONNX Runtime's CPU allocator says it is out of memory (bfc_arena.cc "Failed to allocate memory for requested
+#: buffer of size N", a C++ std::bad_alloc): raised as MemoryError, which every command reports on one line (exit 2).
+OUT_OF_MEMORY = re.compile(r"Failed to allocate memory|bad_alloc|std::bad_alloc|out of memory", re.IGNORECASE)
+
+
 def outputs(sess: ort.InferenceSession, feeds: dict[str, np.ndarray], names: list[str] | None = None
             ) -> list[np.ndarray]:
-    """The outputs `names` (None: all, in the graph's order) of one run, as arrays that own their memory."""
-    return owned(sess.run(names, feeds))
+    """The outputs `names` (None: all, in the graph's order) of one run, as arrays that own their memory.
+    MemoryError when ONNX Runtime's allocator runs out (`OUT_OF_MEMORY`); its other errors as they are."""
+    try:
+        return owned(sess.run(names, feeds))
+    except ORT_ERRORS as exc:
+        if OUT_OF_MEMORY.search(str(exc)):
+            raise MemoryError(ort_error_line(exc)) from None
+        raise
 
 
 def run(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -3,12 +3,19 @@ folder beside OUT, moved into place only when everything succeeded.
 
 Rules (one place for every stage):
 - OUT may not be IN, hold IN, sit inside IN's stage folder, or be the working folder or one of its parents.
-- An existing OUT is replaced only when it is a previous output of the same stage (its `report.json`
-  says so); anything else is refused unless the user passes `--force`.
+- A stage replaces only what this tool wrote. Every published folder lists the files it holds (`report.json`'s
+  `files`, or the stage's own listing: a release package's manifest); an existing OUT is replaced only when it is
+  a previous output of the same stage (`--force`: of any stage) *and* holds nothing but the files its listing
+  names. A folder holding anything else (a user's notes, a sub-folder, an output of an older version that listed
+  nothing) is refused, `--force` or not; only `--clobber` (`CLOBBER`), explicit and documented, replaces it whole.
 - A stage whose OUT is a single model file (surgery's `OUT.onnx`) never touches files of another
   stage beside it: a `report.json` there that another stage wrote is refused even with `--force`.
+- A single result file (`embed` / `encode --out FILE.npz`) carries this tool's mark (`mark_result`); an existing
+  file without it is replaced only with `--clobber`.
 - Whether OUT can be written is found out before the work starts, not after it.
-- On any error the temp folder, and any parent folder this run created, are removed: nothing new is left.
+- On any error the temp folder, and any parent folder this run created, are removed: nothing new is left. Temp
+  folders are named `.OUT.tmp-PID-xxxx`; one whose process is gone (a stage killed with SIGKILL, a power cut)
+  is removed by the next run writing the same OUT (`remove_stale`).
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Self
@@ -26,6 +35,20 @@ from core import console
 from core.errors import UsageError
 
 REPORT = "report.json"
+#: The `force` value of `--clobber`: replace OUT whatever it holds (True, `--force`, never deletes a file this
+#: tool did not write). Both flags share the `force` destination, so one value travels through every call.
+CLOBBER = "clobber"
+#: The key of a report that lists the files of its folder (written by `staged_folder` / `StagedFile`).
+FILES = "files"
+#: The zip comment of every result file this tool writes (an .npz is a zip archive; `np.load` ignores it).
+RESULT_MARK = b"vlm-vision-onnx result"
+
+
+def add_clobber_argument(parser) -> None:
+    """`--clobber` beside a command's `--force` (same destination: `force` = CLOBBER)."""
+    parser.add_argument("--clobber", dest="force", action="store_const", const=CLOBBER, default=False,
+                        help="replace OUT whatever it holds, deleting files this tool did not write "
+                             "(--force never does)")
 
 
 def _real(path: str | os.PathLike) -> Path:
@@ -52,7 +75,10 @@ def _check_not_input(out: Path, inputs: Sequence[str | os.PathLike], folder_outp
                          "it: give a new folder for OUT")
     for given in inputs:
         src = _real(given)
-        if not src.exists():  # nothing to clobber; reading it says it is missing
+        try:
+            if not src.exists():  # nothing to clobber; reading it says it is missing
+                continue
+        except (OSError, ValueError):  # a name the file system refuses (too long): reading it says so
             continue
         if folder_output:
             folder = src if src.is_dir() else src.parent
@@ -80,9 +106,56 @@ def _check_writable(out: Path) -> None:
                          "choose another OUT") from None
 
 
+def report_files(folder: Path) -> set[str] | None:
+    """The files `folder/report.json` lists as written by its stage (itself included); None without a list."""
+    try:
+        listed = json.loads((folder / REPORT).read_text()).get(FILES)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
+        return None
+    return {*listed, REPORT}
+
+
+def held_files(folder: Path) -> list[str]:
+    """Every file and empty folder under `folder`, hidden ones included, as sorted relative POSIX paths."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_dir() and not path.is_symlink():
+            if not any(path.iterdir()):
+                found.append(path.relative_to(folder).as_posix() + "/")
+        else:
+            found.append(path.relative_to(folder).as_posix())
+    return found
+
+
+def _check_replaceable(out: Path, given: Path, stage: str, force, listed) -> None:
+    """Refuse to replace the existing, non-empty folder OUT unless the rules of the module docstring allow it."""
+    if force == CLOBBER:
+        return
+    previous = stage_of(out)
+    if previous != stage and not force:
+        what = f"the output of the {previous} stage" if previous else "not an output of this tool"
+        fix = "--force to replace it" if previous else "--clobber to delete what it holds and replace it"
+        raise UsageError(f"OUT {given} exists and is {what}; refusing to replace it: give a new folder, or {fix}")
+    names = (listed or report_files)(out)
+    extra = [f for f in held_files(out) if names is None or f not in names]
+    if names is None:
+        raise UsageError(f"OUT {given} does not list the files this tool wrote there (not an output of this tool, or "
+                         "one written by an older version); refusing to replace it: give a new folder, or "
+                         "--clobber to delete what it holds and replace it")
+    if extra:
+        more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+        raise UsageError(f"OUT {given} holds {extra[0]}{more}, which this tool did not write; refusing to replace "
+                         "the folder: move it away, give a new folder, or --clobber to delete it")
+
+
 def check_folder_output(out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
-                        force: bool = False) -> Path:
-    """Check OUT, a stage folder, before any work; returns its absolute path. UsageError with the reason."""
+                        force=False, listed=None) -> Path:
+    """Check OUT, a stage folder, before any work; returns its absolute path. UsageError with the reason.
+
+    `force`: False, True (`--force`) or CLOBBER; `listed(folder) -> set of relative paths | None`: what an earlier
+    output lists as written by this tool (default: `report_files`)."""
     given = Path(out)
     if given.suffix == ".onnx":
         raise UsageError(f"OUT {given} names a .onnx file, but the {stage} stage writes a folder "
@@ -93,17 +166,14 @@ def check_folder_output(out: str | os.PathLike, stage: str, inputs: Sequence[str
         if not out.is_dir():
             raise UsageError(f"OUT {given} exists and is a file; the {stage} stage writes a folder: "
                              "give a new folder")
-        previous = stage_of(out)
-        if previous != stage and any(out.iterdir()) and not force:
-            what = f"the output of the {previous} stage" if previous else "not an output of this tool"
-            raise UsageError(f"OUT {given} exists and is {what}; refusing to replace it: give a new folder, "
-                             "or --force to replace it")
+        if any(out.iterdir()):
+            _check_replaceable(out, given, stage, force, listed)
     _check_writable(out)
     return out
 
 
 def check_file_output(out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
-                      force: bool = False, report: str | os.PathLike | None = None) -> Path:
+                      force=False, report: str | os.PathLike | None = None) -> Path:
     """Check OUT, a single model file (+ `OUT.data`, + `report.json` beside it unless `report` is given)."""
     given = Path(out)
     out = _real(given)
@@ -116,8 +186,14 @@ def check_file_output(out: str | os.PathLike, stage: str, inputs: Sequence[str |
         what = f"the {owner} stage's report.json" if owner else "a report.json this stage did not write"
         raise UsageError(f"{out.parent} holds {what}, which OUT would replace; write OUT into another folder "
                          "or give --report PATH")
+    listed = report_files(out.parent) if owner else None
     for target in (out, out.with_name(out.name + ".data")):
-        if target.exists() and owner != stage and not force:
+        if not target.exists() or force == CLOBBER:
+            continue
+        if not (target.name in listed if listed is not None else owner == stage):
+            raise UsageError(f"{target} exists and no report of this tool beside it lists it; refusing to replace "
+                             "it: choose another OUT, or --clobber to replace it")
+        if owner != stage and not force:
             raise UsageError(f"{target} exists and is not an earlier output of the {stage} stage; refusing to "
                              "replace it: choose another OUT, or --force to replace it")
     if report is not None:
@@ -159,19 +235,70 @@ def _publish(tmp: Path) -> None:
         file.chmod(0o755 if file.is_dir() else 0o644)
 
 
+def _list_in_report(folder: Path, names: list[str]) -> None:
+    """Record `names` (relative paths) as the report's FILES, when `folder` holds a report."""
+    report = folder / REPORT
+    if not report.is_file():
+        return
+    try:
+        data = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(data, dict):
+        data[FILES] = sorted(n for n in names if n != REPORT)
+        report.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def temp_folder(out: Path, kind: str = "tmp") -> Path:
+    """A new private folder beside `out`, `.OUT.KIND-PID-xxxx`: the PID says whether its run is still alive."""
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.{kind}-{os.getpid()}-", dir=out.parent))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale(out: Path) -> list[Path]:
+    """Remove the temp folders beside `out` (`temp_folder`'s names) whose process no longer runs; returns them.
+
+    A folder of a live process (another run writing the same OUT) is kept, and so is any name this tool does not
+    make. PIDs are reused, so a stale folder may outlive a while; never the reverse."""
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:tmp|old|rejected)-(\d+)-\w+")
+    removed = []
+    try:
+        siblings = list(out.parent.iterdir())
+    except OSError:
+        return removed
+    for path in siblings:
+        match = pattern.fullmatch(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not _alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def staged_folder(out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
-                  force: bool = False, keep_log: bool = False) -> Iterator[Path]:
-    """Yield a temp folder beside OUT; on success it becomes OUT (checked by `check_folder_output`),
-    on error it is removed and OUT is untouched. `keep_log`: OUT also receives the run's third-party
-    warnings as `log.txt` (`core.console`; pipeline stages, not release packages, whose files are listed)."""
-    out = check_folder_output(out, stage, inputs, force)
+                  force=False, keep_log: bool = False, listed=None) -> Iterator[Path]:
+    """Yield a temp folder beside OUT; on success it becomes OUT (checked by `check_folder_output`; `force` and
+    `listed` as there), on error it is removed and OUT is untouched. `keep_log`: OUT also receives the run's
+    third-party warnings as `log.txt` (`core.console`; pipeline stages, not release packages, whose files are
+    listed). A `report.json` in the folder gets the list of every file published (`FILES`)."""
+    out = check_folder_output(out, stage, inputs, force, listed)
     with _created_parents(out):
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        remove_stale(out)
+        tmp = temp_folder(out)
         try:
             yield tmp
             if keep_log:
                 console.write_log(tmp)
+            _list_in_report(tmp, held_files(tmp))
             _publish(tmp)
             replace_folder(tmp, out)
         except BaseException:
@@ -184,7 +311,7 @@ def replace_folder(new: Path, out: Path) -> None:
     if not out.exists():
         new.rename(out)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+    old = temp_folder(out, "old")
     old.rmdir()
     out.rename(old)
     try:
@@ -198,11 +325,14 @@ def replace_folder(new: Path, out: Path) -> None:
 def keep_rejected(tmp: Path, out: Path, stage: str) -> Path:
     """Copy a finished-but-rejected output to `OUT.rejected/` for inspection (same replace rules as OUT)."""
     rejected = out.with_name(out.name + ".rejected")
-    if rejected.exists() and (not rejected.is_dir() or stage_of(rejected) != stage):
-        raise UsageError(f"{rejected} exists and is not a rejected {stage} output; the rejected model was "
-                         "not kept (move that folder away)")
-    copy = Path(tempfile.mkdtemp(prefix=f".{rejected.name}.", dir=out.parent))
+    if rejected.exists() and (not rejected.is_dir() or stage_of(rejected) != stage
+                              or set(held_files(rejected)) - (report_files(rejected) or set())):
+        raise UsageError(f"{rejected} exists and is not a rejected {stage} output (or holds files this tool did not "
+                         "write); the rejected model was not kept (move that folder away)")
+    remove_stale(rejected)
+    copy = temp_folder(rejected)
     shutil.copytree(tmp, copy, dirs_exist_ok=True)
+    _list_in_report(copy, held_files(copy))
     _publish(copy)
     replace_folder(copy, rejected)
     return rejected
@@ -213,7 +343,7 @@ class StagedFile:
     place, the model last so it never points at missing data. Without `commit()` nothing appears."""
 
     def __init__(self, out: str | os.PathLike, stage: str, inputs: Sequence[str | os.PathLike] = (),
-                 force: bool = False, report: str | os.PathLike | None = None, keep_log: bool = False):
+                 force=False, report: str | os.PathLike | None = None, keep_log: bool = False):
         """`keep_log`: OUT is `model.onnx` in a stage folder, which also receives the run's third-party
         warnings as `log.txt` (`core.console`); never for a file OUT, whose folder is the user's."""
         self.out = check_file_output(out, stage, inputs, force, report)
@@ -221,7 +351,8 @@ class StagedFile:
         self.report_path = _real(report) if report is not None else self.out.parent / REPORT
         self._parents = _created_parents(self.out)
         self._parents.__enter__()
-        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        remove_stale(self.out)
+        self.dir = temp_folder(self.out)
         self.model_path = self.dir / self.out.name
 
     def __enter__(self) -> Self:
@@ -231,9 +362,12 @@ class StagedFile:
         """Move every staged file beside OUT and write `report` (JSON) to the report path."""
         self.report_path.parent.mkdir(parents=True, exist_ok=True)
         tmp_report = self.dir / ".report.json"
-        tmp_report.write_text(json.dumps(report, indent=2, default=str) + "\n")
         if self.keep_log:
             console.write_log(self.dir)
+        if self.keep_log or self.report_path == self.out.parent / REPORT:  # a stage folder: list what it holds
+            report = {**report, FILES: sorted({f.name for f in self.dir.iterdir() if f != tmp_report}
+                                              | set(report_files(self.out.parent) or ()) - {REPORT})}
+        tmp_report.write_text(json.dumps(report, indent=2, default=str) + "\n")
         files = sorted((f for f in self.dir.iterdir() if f != tmp_report), key=lambda p: p == self.model_path)
         for file in files:
             file.chmod(0o644)
@@ -246,12 +380,28 @@ class StagedFile:
         self._parents.__exit__(*exc)
 
 
-def check_result_file(out: str | os.PathLike, inputs: Sequence[str | os.PathLike] = (), force: bool = False,
+def mark_result(path: Path) -> None:
+    """Put this tool's mark on a result file it wrote (an .npz: the zip comment, which `np.load` ignores)."""
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.comment = RESULT_MARK
+
+
+def is_marked_result(path: Path) -> bool:
+    """Whether `path` is a result file this tool wrote (`mark_result`)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.comment == RESULT_MARK
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
+def check_result_file(out: str | os.PathLike, inputs: Sequence[str | os.PathLike] = (), force=False,
                       suffix: str | None = None, ours=None) -> Path:
     """Check a single result file OUT (e.g. embeddings.npz) before any work; returns its absolute path.
 
-    Refused: a folder, an input file, a wrong suffix, an existing file that `ours(path)` does not
-    recognise as an earlier result of the same command (unless `force`), an unwritable place.
+    Refused: a folder, an input file, a wrong suffix, an unwritable place, and an existing file unless
+    `ours(path)` recognises it as an earlier result of the same command, or `force` is True and the file carries
+    this tool's mark (`is_marked_result`: a result of another of its commands), or `force` is CLOBBER.
     """
     given = Path(out)
     real = _real(given)
@@ -260,9 +410,13 @@ def check_result_file(out: str | os.PathLike, inputs: Sequence[str | os.PathLike
     if suffix and given.suffix != suffix:
         raise UsageError(f"OUT {given} must end in {suffix}")
     _check_not_input(real, inputs, folder_output=False)
-    if real.exists() and not force and not (ours is not None and ours(real)):
-        raise UsageError(f"OUT {given} exists and is not an earlier result of this command; refusing to replace "
-                         "it: choose another OUT, or --force to replace it")
+    if real.exists() and force != CLOBBER and not (ours is not None and ours(real)):
+        if not is_marked_result(real):
+            raise UsageError(f"OUT {given} exists and was not written by this tool; refusing to replace it: choose "
+                             "another OUT, or --clobber to replace it")
+        if not force:
+            raise UsageError(f"OUT {given} exists and is not an earlier result of this command; refusing to "
+                             "replace it: choose another OUT, or --force to replace it")
     _check_writable(real)
     return real
 
@@ -272,10 +426,13 @@ def staged_file(out: Path) -> Iterator[Path]:
     """Yield a temp path beside `out` (same suffix); on success it replaces `out`, on error it is removed."""
     out = Path(out)
     with _created_parents(out):
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        remove_stale(out)
+        tmp = temp_folder(out)
         try:
             path = tmp / out.name
             yield path
+            if path.suffix == ".npz":
+                mark_result(path)
             path.chmod(0o644)
             os.replace(path, out)
         finally:

@@ -60,12 +60,17 @@ class Processing:
     `image_inputs(image, processor)` -> {name: array} for one RGB uint8 image [H, W, 3];
     `load_processor(folder)` raises UsageError unless preprocessor_config.json loads as the model's processor;
     `embed_pack(folder, images, frames)` -> `Pack`: images [(path, RGB uint8 [H, W, 3])] and the frames of
-    one video (same form; [] for none) preprocessed and packed for one model run."""
+    one video (same form; [] for none) preprocessed and packed for one model run;
+    `max_pixels(folder)` -> the most pixels the processor keeps of one image (larger ones it downsizes): the base
+    of the runtime's pixel budget (`runtime.images.pixel_budget`).
+    No loader runs code from the package: processors are built by their explicit class, a config with an
+    `auto_map` is refused (`families.untrusted`)."""
 
     processor: Callable[[Path], object]
     image_inputs: Callable[[np.ndarray, object], Inputs]
     load_processor: Callable[[Path], object]
     embed_pack: Callable[[Path, list, list], object]
+    max_pixels: Callable[[Path], int]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
+from core.staging import add_clobber_argument
 from quantize import (
     fp16,
     fp16_plan,
@@ -41,7 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         sub.add_argument("out", type=Path, metavar="OUT", help="output stage folder")
         sub.add_argument("--threads", type=int, default=0, help="ORT intra-op threads for the checks (0: all)")
         sub.add_argument("--force", action="store_true",
-                         help="replace an existing OUT that is not an earlier output of this stage")
+                         help="replace an existing OUT that another stage of this tool wrote (only its listed files)")
+        add_clobber_argument(sub)
     opt.add_argument("--skip", action="append", default=[], choices=list(optimize.PASSES),
                      help="leave out a pass (repeatable), e.g. --skip rotary")
     opt.add_argument("--checks", default="saved", choices=optimize.CHECKS,

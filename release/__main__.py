@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from core.errors import Parser, UsageError, main_wrapper
+from core.staging import add_clobber_argument
 
 
 def hide_torch() -> None:
@@ -42,6 +43,7 @@ def parse_args(argv: list[str] | None):
     pkg.add_argument("--threads", type=int, help="ONNX Runtime threads for the smoke runs (default: all)")
     pkg.add_argument("--force", action="store_true",
                      help="replace an existing dist/NAME/ (and .tar.gz) that is not an earlier package")
+    add_clobber_argument(pkg)
     speed = commands.add_parser("speed", help="time each model of the package-to-be (for its model card)")
     speed.add_argument("build", type=Path, metavar="BUILD")
     speed.add_argument("--size", default="448x448", help="a smoke size HxW (default 448x448)")
@@ -58,6 +60,7 @@ def parse_args(argv: list[str] | None):
     gen.add_argument("--precision", default="fp32", choices=("fp32", "int8", "int4"),
                      help="the decoder genai's builder makes (default fp32)")
     gen.add_argument("--force", action="store_true", help="replace an existing DIR that is not an earlier genai package")
+    add_clobber_argument(gen)
     args = parser.parse_args(argv)
     if args.command == "package" and args.name is not None and (not args.name or "/" in args.name
                                                                  or args.name in (".", "..")):

@@ -23,6 +23,7 @@ import numpy as np
 from core.errors import UsageError
 from core.report import read_json_object
 from families import export_facts
+from families.untrusted import refuse_code
 from release.genai_types import GenaiType
 from release.manifest import file_record
 
@@ -57,6 +58,10 @@ def _config(folder: Path, architecture: str) -> dict:
         raise UsageError(f"checkpoint {folder} has no config.json; give the save_pretrained folder of the full "
                          f"{architecture}")
     config = read_json_object(path, "checkpoint file", "save the checkpoint again")
+    for name in ("config.json", "tokenizer_config.json", "preprocessor_config.json"):
+        if (folder / name).is_file():  # genai's builder reads them with transformers' Auto* classes
+            refuse_code(config if name == "config.json" else
+                        read_json_object(folder / name, "checkpoint file", "save the checkpoint again"), folder / name)
     architectures = config.get("architectures") or []
     if architecture not in architectures:
         raise UsageError(f"checkpoint {folder} is a {', '.join(architectures) or config.get('model_type', '?')} "

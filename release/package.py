@@ -65,10 +65,23 @@ def is_package(folder: Path) -> bool:
         return False
 
 
+def package_files(folder: Path) -> set[str] | None:
+    """The files an earlier package lists as its own (SHA256SUMS's and SHA256SUMS itself); None when `folder` is
+    not a package: what `core.staging` may replace there."""
+    if not is_package(folder):
+        return None
+    try:
+        lines = (folder / SUMS).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    return {line.split("  ", 1)[1] for line in lines if "  " in line} | {SUMS}
+
+
 def package(build: str | Path, dist: str | Path = "dist", name: str | None = None,
-            threads: int | None = None, force: bool = False) -> tuple[Path, Path]:
+            threads: int | None = None, force=False) -> tuple[Path, Path]:
     """Write `dist/NAME/` and `dist/NAME.tar.gz` from the stage folders in `build`; return both paths.
-    An existing `dist/NAME/` is replaced only when it is an earlier package (or with `force`)."""
+    An existing `dist/NAME/` is replaced only when it is an earlier package holding only its listed files (or with
+    `force` = `core.staging.CLOBBER`)."""
     timings: dict[str, float] = {}
     found = stages.read_build(build)
     export = found["export"].report
@@ -85,7 +98,7 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
                          "it: move it away, give --dist/--name, or --force to replace it")
     say(f"package {name}: fp32 from the {fp32.stage.name} stage"
         + "".join(f", {v.name} from {v.stage.name}" for v in chosen[1:]))
-    with staged_folder(out, STAGE, inputs=[build], force=earlier) as tmp:
+    with staged_folder(out, STAGE, inputs=[build], force=earlier, listed=package_files) as tmp:
         onnx_dir = tmp / "onnx"
         onnx_dir.mkdir()
         with step(f"copy {len(chosen)} model(s)", timings, "copy"):

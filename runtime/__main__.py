@@ -13,7 +13,7 @@ import numpy as np
 
 from core import onnx_io, session
 from core.errors import Parser, UsageError, main_wrapper
-from core.staging import check_result_file, staged_file
+from core.staging import add_clobber_argument, check_result_file, is_marked_result, staged_file
 from families import of_model
 from runtime import collection, embed, npu, verify, webgpu
 
@@ -28,8 +28,11 @@ def check_finite(name: str, array: np.ndarray) -> None:
 
 
 def _earlier_result(names: list[str]):
-    """Whether an existing OUT.npz holds only this model's output names (an earlier `encode` result)."""
+    """Whether an existing OUT.npz carries this tool's mark and holds only this model's output names (an earlier
+    `encode` result)."""
     def ours(path: Path) -> bool:
+        if not is_marked_result(path):
+            return False
         try:
             with np.load(path) as data:
                 return set(data.files) <= set(names)
@@ -71,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--inputs", type=Path, required=True)
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
-    run.add_argument("--force", action="store_true", help="replace an existing OUT that is not an earlier result")
+    run.add_argument("--force", action="store_true",
+                     help="replace an existing OUT that another command of this tool wrote (never a file it did not)")
+    add_clobber_argument(run)
     run.add_argument("--allow-nonfinite", action="store_true", help="run even if a float input holds NaN or Inf")
     verify.add_arguments(sub.add_parser("verify", help="check a release package (dist/NAME or dist/NAME.tar.gz): "
                                                      "checksums, manifest, every variant at the smoke sizes"))

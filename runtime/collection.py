@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 
-from core import console, session
+from core import console, onnx_io, session
 from core import engine as engines
 from core.errors import UsageError
 from core.progress import say
@@ -75,7 +76,7 @@ class Embedder:
     [tokens, hidden]) then the DeepStack output names to keep (each [tokens, hidden])."""
 
     def __init__(self, folder: str, variant: str, threads: int | None, max_tokens: int, columns: list[str],
-                 checksum: str, engine: engines.Engine = engines.DEFAULT):
+                 checksum: str, engine: engines.Engine = engines.DEFAULT, max_pixels: int | None = None):
         self.folder = Path(folder)
         manifest = embed.read_manifest(self.folder)
         self.family = manifest["family"]
@@ -84,13 +85,18 @@ class Embedder:
         self.session = engine.open(self.model, threads)
         self.outputs = session.output_names(self.session)[: len(columns)]
         self.variant, self.max_tokens, self.columns, self.checksum = variant, max_tokens, columns, checksum
+        self.max_pixels = max_pixels  # the pixel budget of one image or frame (runtime.images.pixel_budget)
 
     def prepare(self, path: str, file: Path) -> Prepared:
         """Read and preprocess one entry alone; UsageError (naming the file) when it cannot be."""
-        if file.is_dir():
-            frames = [(p, images.load_rgb(p)) for p in images.expand([file])]
+        try:
+            folder = file.is_dir()
+        except (OSError, ValueError):  # a name too long, a NUL byte: reading it as a file says so
+            folder = False
+        if folder:
+            frames = [(p, images.load_rgb(p, self.max_pixels)) for p in images.expand([file])]
             return Prepared(path, file, True, frames, self.processing.embed_pack(self.folder, [], frames))
-        pixels = [(file, images.load_rgb(file))]
+        pixels = [(file, images.load_rgb(file, self.max_pixels))]
         return Prepared(path, file, False, pixels, self.processing.embed_pack(self.folder, pixels, []))
 
     def groups(self, prepared):
@@ -149,16 +155,30 @@ def chunks(paths: list[str], size: int) -> list[tuple[list[str], list[str]]]:
     return [(paths[i:i + size], [os.path.abspath(p) for p in paths[i:i + size]]) for i in range(0, len(paths), size)]
 
 
-def checksum(folder: Path, manifest: dict, variant: str, model: Path) -> str:
-    """sha256 of the variant's ONNX file (as in SHA256SUMS; computed when the manifest has none); with external
-    data, sha256 of the `SHA256  FILE` lines of its files."""
-    record = next((v for v in manifest.get("variants", []) if isinstance(v, dict) and v.get("name") == variant), {})
-    files = record.get("files") or [model.relative_to(folder).as_posix()]
-    known = manifest.get("files", {})
-    sums = [(known.get(f) or {}).get("sha256") or sha256(folder / f) for f in files]
-    if len(files) == 1:
-        return sums[0]
-    return hashlib.sha256("".join(f"{s}  {f}\n" for s, f in sorted(zip(sums, files))).encode()).hexdigest()
+def checksum(folder: Path, model: Path, cached: dict | None = None) -> tuple[str, dict]:
+    """(checksum, stats) of the bytes that run: sha256 of the variant's ONNX file (as in SHA256SUMS); with external
+    data, sha256 of the `SHA256  FILE` lines of the model and its data files. Always computed from the files (the
+    model's own external-data references, which `core.onnx_io` keeps inside its folder), never taken from the
+    manifest. `stats` {file: [size, mtime_ns, sha256]} is kept in `_collection.json`; `cached` (an earlier run's)
+    spares hashing a file whose size and mtime are unchanged (1.5 GB takes about 9 s here)."""
+    proto = onnx_io.read_proto(model)
+    names = {model.relative_to(folder).as_posix()}
+    for tensor in onnx_io.all_tensors(proto.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next(e.value for e in tensor.external_data if e.key == "location")
+            names.add((model.parent / location).relative_to(folder).as_posix())
+    del proto
+    stats, sums = {}, []
+    for name in sorted(names):
+        info = (folder / name).stat()
+        earlier = (cached or {}).get(name)
+        known = isinstance(earlier, list) and len(earlier) == 3 and earlier[:2] == [info.st_size, info.st_mtime_ns]
+        digest = earlier[2] if known else sha256(folder / name)
+        stats[name] = [info.st_size, info.st_mtime_ns, digest]
+        sums.append((digest, name))
+    if len(sums) == 1:
+        return sums[0][0], stats
+    return hashlib.sha256("".join(f"{s}  {f}\n" for s, f in sorted(sums)).encode()).hexdigest(), stats
 
 
 def run_local(work: list, settings: dict, write) -> None:
@@ -194,6 +214,7 @@ def add_arguments(parser) -> None:
                         help=f"patch budget of one encoder call, in output tokens (Qwen3-VL: 4 patches each; "
                              f"default {MAX_TOKENS})")
     parser.add_argument("--deepstack", action="store_true", help="also write the DeepStack features (Qwen3-VL)")
+    images.add_budget_argument(parser)
 
 
 def _check_numbers(args) -> None:
@@ -231,11 +252,13 @@ class Writer:
         self.bar.update(table.num_rows, errors)
 
 
-def package_meta(folder: Path, manifest: dict, variant: str, deepstack: bool) -> dict:
-    """What `_collection.json` records; a rerun into the same OUT must give the same (checked by `check_out`)."""
+def package_meta(folder: Path, manifest: dict, variant: str, deepstack: bool, cached: dict | None = None) -> dict:
+    """What `_collection.json` records; a rerun into the same OUT must give the same (checked by `check_out`).
+    `cached`: the file stats of an earlier `_collection.json` (`checksum`)."""
     outputs = [o.get("name") for o in manifest.get("outputs", []) if isinstance(o, dict)]
+    digest, stats = checksum(folder, embed.model_file(folder, manifest, variant), cached)
     return {"format": collection_io.FORMAT, "package": manifest.get("name"), "family": manifest["family"],
-            "variant": variant, "checksum": checksum(folder, manifest, variant, embed.model_file(folder, manifest, variant)),
+            "variant": variant, "checksum": digest, "checksum_files": stats,
             "columns": ["embedding", *(outputs[1:] if deepstack else [])],
             "embedding": "flattened row-major float32 [tokens, hidden]; reshape with the `shape` column"}
 
@@ -249,11 +272,15 @@ def run(args) -> int:
     if scheduler == "ray" and not collection_ray.available():
         raise UsageError("--scheduler ray needs ray: pip install '.[ray]' (or use --scheduler local)")
     collection_io.pyarrow_modules()
+    out = Path(os.path.abspath(args.out))
     with unpack.opened(args.package) as folder:
         manifest = embed.read_manifest(folder)
-        meta = package_meta(folder, manifest, args.variant, args.deepstack)
-        family(manifest["family"]).processing.load_processor(folder)
-        out = Path(os.path.abspath(args.out))
+        # an unpacked tarball's files are new each run: nothing to spare
+        cached = None if unpack.is_tarball(Path(args.package)) else collection_io.earlier_meta(out).get("checksum_files")
+        meta = package_meta(folder, manifest, args.variant, args.deepstack, cached if isinstance(cached, dict) else None)
+        processing = family(manifest["family"]).processing
+        processing.load_processor(folder)
+        budget = images.pixel_budget(processing.max_pixels(folder), args.max_image_pixels)
         folders = [p for p in (args.input, args.package) if Path(p).is_dir()]  # OUT may sit beside a list file
         done, old_errors = collection_io.check_out(out, folders, meta)
         todo = collection_io.pending(args.input, done)
@@ -263,7 +290,7 @@ def run(args) -> int:
             return summary(args.out, len(done), old_errors)
         settings = {"folder": str(folder), "variant": args.variant, "max_tokens": args.max_tokens,
                     "columns": meta["columns"], "checksum": meta["checksum"], "threads": args.threads,
-                    "engine": engines.from_args(args)}
+                    "engine": engines.from_args(args), "max_pixels": budget}
         work, write = chunks(todo, args.batch), Writer(out, meta, len(todo))
         try:
             if scheduler == "local":

@@ -81,8 +81,26 @@ def _parquet_paths(source: Path) -> Iterator[str | None]:
     names = table_file.schema_arrow.names
     if "path" not in names:
         raise _column_error(source, names)
-    for batch in table_file.iter_batches(columns=["path"], batch_size=4096):
-        yield from batch.column(0).cast("string").to_pylist()
+    kind = table_file.schema_arrow.field("path").type
+    text = any(check(kind) for check in (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+                                         pa.types.is_large_binary))
+    row = 0
+    try:
+        for batch in table_file.iter_batches(columns=["path"], batch_size=4096):
+            if not text:  # numbers and the like: their text
+                yield from batch.column(0).cast("string").to_pylist()
+                row += batch.num_rows
+                continue
+            for value in batch.column(0).cast(pa.large_binary()).to_pylist():  # bytes: no UTF-8 check yet
+                row += 1
+                try:
+                    yield None if value is None else value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise UsageError(f"{source}: row {row}'s path is not valid UTF-8 text ({value[:60]!r}); fix or "
+                                     "remove that row") from None
+    except (pa.ArrowException, OSError) as err:  # a column of lists, a corrupt page
+        raise UsageError(f"{source}: the `path` column ({kind}) cannot be read as text ({str(err).splitlines()[0]}); "
+                         "give a column of file paths") from None
 
 
 def _csv_paths(source: Path) -> Iterator[str | None]:
@@ -174,6 +192,15 @@ def check_out(out: Path, inputs: list, meta: dict) -> tuple[set[str], int]:
         raise UsageError(f"cannot write into OUT {out} ({err.strerror}); fix its permissions or give another "
                          "OUT") from None
     return read_done(out)
+
+
+def earlier_meta(out: Path) -> dict:
+    """OUT's `_collection.json` when it is a readable JSON object, else {} (`check_out` says what is wrong)."""
+    try:
+        meta = json.loads((out / META).read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def read_done(out: Path) -> tuple[set[str], int]:

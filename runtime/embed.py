@@ -26,7 +26,7 @@ from core.engine import Engine
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.report import read_json_object
-from core.staging import check_result_file, staged_file
+from core.staging import add_clobber_argument, check_result_file, is_marked_result, staged_file
 from families import family
 from families.base import Pack
 from runtime import images, unpack
@@ -47,9 +47,15 @@ def read_manifest(folder: Path) -> dict:
 
 def model_file(folder: Path, manifest: dict, variant: str) -> Path:
     """The variant's ONNX file: as the manifest names it, else onnx/vision_encoder[_VARIANT].onnx."""
-    named = {v.get("name"): v.get("file") for v in manifest.get("variants", []) if isinstance(v, dict)}
+    variants = [v for v in manifest.get("variants", []) if isinstance(v, dict)] \
+        if isinstance(manifest.get("variants", []), list) else []
+    named = {v.get("name"): v.get("file") for v in variants}
     relative = named.get(variant) or (f"{MODEL_STEM}.onnx" if variant == "fp32" else f"{MODEL_STEM}_{variant}.onnx")
-    path = folder / relative
+    path = unpack.inside(folder, relative, f"manifest.json's variant {variant!r}")
+    for record in variants:  # every path the manifest names for a variant stays inside the package
+        listed = record.get("files", [])
+        for name in listed if isinstance(listed, list) else [listed]:
+            unpack.inside(folder, name, f"manifest.json's variant {record.get('name')!r}")
     if not path.is_file():
         found = sorted(named) or sorted(
             "fp32" if p.stem == "vision_encoder" else p.stem.removeprefix("vision_encoder_")
@@ -59,11 +65,12 @@ def model_file(folder: Path, manifest: dict, variant: str) -> Path:
     return path
 
 
-def load_images(paths: list[Path], what: str = "images") -> list[np.ndarray]:
-    """RGB uint8 [H, W, 3] per file, with a progress line every PROGRESS_EVERY files when there are many."""
+def load_images(paths: list[Path], what: str = "images", max_pixels: int | None = None) -> list[np.ndarray]:
+    """RGB uint8 [H, W, 3] per file (each within `max_pixels`), with a progress line every PROGRESS_EVERY files when
+    there are many."""
     loaded = []
     for i, path in enumerate(paths, 1):
-        loaded.append(images.load_rgb(path))
+        loaded.append(images.load_rgb(path, max_pixels))
         if len(paths) > PROGRESS_EVERY and (i % PROGRESS_EVERY == 0 or i == len(paths)):
             say(f"loaded {i}/{len(paths)} {what}", TAG)
     return loaded
@@ -103,7 +110,10 @@ def split(outputs: dict[str, np.ndarray], pack: Pack) -> dict[str, np.ndarray]:
 
 
 def _earlier_result(path: Path) -> bool:
-    """Whether an existing OUT is an earlier `embed` result (it may then be replaced)."""
+    """Whether an existing OUT is an earlier `embed` result (it may then be replaced): this tool's mark on it
+    (`core.staging.is_marked_result`) and the `entries` of an embed result."""
+    if not is_marked_result(path):
+        return False
     try:
         with np.load(path) as data:
             return "entries" in data.files
@@ -112,8 +122,10 @@ def _earlier_result(path: Path) -> bool:
 
 
 def embed(image_args: list[str], video_args: list[str], package: Path, variant: str, out: Path,
-          threads: int | None = None, force: bool = False, engine: Engine = engines.DEFAULT) -> dict[str, np.ndarray]:
-    """Preprocess, run (on `engine`) and write OUT.npz; returns what was written."""
+          threads: int | None = None, force=False, engine: Engine = engines.DEFAULT,
+          max_image_pixels: int | None = None) -> dict[str, np.ndarray]:
+    """Preprocess, run (on `engine`) and write OUT.npz; returns what was written. `max_image_pixels`: the pixel
+    budget of one image or frame (default: `images.pixel_budget` of the package's processor)."""
     image_paths = images.expand(image_args)
     frame_paths = images.expand(video_args)
     if not image_paths and not frame_paths:
@@ -123,11 +135,13 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
         manifest = read_manifest(folder)
         family_name = manifest["family"]
         model = model_file(folder, manifest, variant)
+        processing = family(family_name).processing
+        budget = images.pixel_budget(processing.max_pixels(folder), max_image_pixels)
         with step(f"preprocess {len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video"
                                                                if frame_paths else ""), tag=TAG):
-            pack = family(family_name).processing.embed_pack(
-                folder, list(zip(image_paths, load_images(image_paths))),
-                list(zip(frame_paths, load_images(frame_paths, "video frames"))))
+            pack = processing.embed_pack(
+                folder, list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
+                list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
         sess = engine.open(model, threads)
         feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
         with step(f"run {model.relative_to(folder)} on {len(pack.names)} entries "
@@ -147,7 +161,10 @@ def add_arguments(parser) -> None:
                         help="one video: its frame files in order, or a folder of frames (Qwen3-VL)")
     parser.add_argument("--out", type=Path, required=True, help="FILE.npz")
     parser.add_argument("--threads", type=int, help="intra-op threads (default: all cores)")
-    parser.add_argument("--force", action="store_true", help="replace an existing OUT that is not an earlier result")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing OUT that another command of this tool wrote (never a file it did not)")
+    add_clobber_argument(parser)
+    images.add_budget_argument(parser)
     engines.add_arguments(parser)
 
 
@@ -172,7 +189,7 @@ def run(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
     result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force,
-                   engines.from_args(args))
+                   engines.from_args(args), args.max_image_pixels)
     entries = [str(e) for e in result["entries"]]
     for entry in entries:
         print(describe(result, entry))

@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 
 from core.errors import Parser, UsageError, main_wrapper
-from core.staging import staged_folder
+from core.staging import add_clobber_argument, staged_folder
 
 PHOTOS = ["astronaut", "coffee", "chelsea", "camera", "rocket"]
 FRAMES, STEP, FRAME_SIZE = 4, 40, (360, 480)  # frames, pixels panned per frame, (height, width)
@@ -52,7 +52,8 @@ def write(out: Path, force: bool = False) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m runtime.sample_photos", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="folder to write the photos into")
-    parser.add_argument("--force", action="store_true", help="replace a folder this command did not write")
+    parser.add_argument("--force", action="store_true", help="replace an output of another command of this tool")
+    add_clobber_argument(parser)
 
     def body() -> int:
         args = parser.parse_args(argv)

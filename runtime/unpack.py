@@ -2,13 +2,17 @@
 
 A tarball is read in full and every member checked before anything is written: only regular files and
 folders under one top folder, with relative names that never climb out (`..`) — absolute names,
-symbolic and hard links, devices and FIFOs are refused, naming the member. Files are then written
-into a fresh temporary folder, so nothing can land outside it, and removed when the caller is done.
+symbolic and hard links, devices and FIFOs are refused, naming the member. Sizes are bounded by what the
+package declares: every file must be one its `manifest.json` records (`files`), of exactly the recorded size
+(the manifest itself, `README.md` and `SHA256SUMS` at most `DESCRIPTION_LIMIT` bytes), and all of them must fit
+the free space, so a small tarball cannot write gigabytes before its checksums are compared. Files are then
+written into a fresh temporary folder, so nothing can land outside it, and removed when the caller is done.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tarfile
 import tempfile
@@ -17,6 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from core.errors import UsageError
+
+MANIFEST, SUMS, CARD = "manifest.json", "SHA256SUMS", "README.md"
+#: The files describing a package (not in its manifest's `files`), and the most bytes each may hold.
+DESCRIPTIONS = (MANIFEST, CARD, SUMS)
+DESCRIPTION_LIMIT = 64 * 2**20
 
 
 class ArchiveError(UsageError):
@@ -69,6 +78,47 @@ def check_members(members: list[tarfile.TarInfo], archive: Path) -> str:
     return tops.pop()
 
 
+def _relative(member: tarfile.TarInfo) -> str:
+    """The member's path inside the package's top folder."""
+    return "/".join([p for p in PurePosixPath(member.name).parts if p not in ("", ".")][1:])
+
+
+def check_sizes(tar: tarfile.TarFile, members: list[tarfile.TarInfo], archive: Path, dest: Path) -> None:
+    """Refuse (ArchiveError) any file the manifest does not declare, or of another size than declared, and a
+    package larger than the free space at `dest` (see the module docstring)."""
+    files = {_relative(m): m for m in members if m.isreg()}
+    manifest = files.get(MANIFEST)
+    if manifest is None:
+        raise ArchiveError(f"{archive}: holds no {MANIFEST}, which declares the package's files and sizes; refusing "
+                           "to unpack")
+    for name in DESCRIPTIONS:
+        if name in files and files[name].size > DESCRIPTION_LIMIT:
+            raise ArchiveError(f"{archive}: {name} holds {files[name].size:,} bytes, more than a package's "
+                               f"{DESCRIPTION_LIMIT:,}; refusing to unpack")
+    try:
+        records = json.loads(tar.extractfile(manifest).read()).get("files")
+        declared = {path: record["size"] for path, record in records.items()}
+        if not all(isinstance(v, int) and v >= 0 for v in declared.values()):
+            raise TypeError
+    except (ValueError, AttributeError, TypeError, KeyError):
+        raise ArchiveError(f"{archive}: {MANIFEST} does not declare the package's files with their sizes; refusing "
+                           "to unpack") from None
+    for path, member in files.items():
+        if path in DESCRIPTIONS:
+            continue
+        if path not in declared:
+            raise ArchiveError(f"{archive}: member {member.name!r} is not a file {MANIFEST} declares; refusing to "
+                               "unpack")
+        if member.size != declared[path]:
+            raise ArchiveError(f"{archive}: member {member.name!r} holds {member.size:,} bytes, {MANIFEST} declares "
+                               f"{declared[path]:,}; refusing to unpack")
+    total = sum(m.size for m in files.values())
+    free = shutil.disk_usage(dest).free
+    if total > free:
+        raise ArchiveError(f"{archive}: the package holds {total:,} bytes and {dest} has {free:,} free; free some "
+                           "space (or set TMPDIR to a larger disk)")
+
+
 def unpack(archive: str | Path, dest: str | Path) -> Path:
     """Unpack the package tarball `archive` into the empty folder `dest`; return `dest/NAME`.
 
@@ -80,6 +130,7 @@ def unpack(archive: str | Path, dest: str | Path) -> Path:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()
             top = check_members(members, archive)
+            check_sizes(tar, members, archive, dest)
             try:
                 for member in members:
                     target = dest.joinpath(*[p for p in PurePosixPath(member.name).parts if p not in ("", ".")])
@@ -99,6 +150,20 @@ def unpack(archive: str | Path, dest: str | Path) -> Path:
         raise ArchiveError(f"{archive}: not a readable .tar.gz package ({type(err).__name__}: "
                            f"{str(err) or 'truncated'})") from None
     return dest / top
+
+
+def inside(folder: Path, relative, what: str) -> Path:
+    """`folder/relative` for a path a package's manifest names; UsageError when it is not a relative path that
+    stays inside the package (absolute, `..`, a link pointing out), so no file of the system is ever read for it."""
+    if not isinstance(relative, str) or not relative:
+        raise UsageError(f"{what} names {relative!r}, not a file path of the package; build the package again")
+    pure = PurePosixPath(relative)
+    resolved = (folder / relative).resolve()
+    if pure.is_absolute() or relative.startswith("\\") or ".." in pure.parts or (len(relative) > 1 and relative[1] == ":") \
+            or not resolved.is_relative_to(folder.resolve()):
+        raise UsageError(f"{what} names {relative!r}, outside the package; a package names its files relative to "
+                         "its folder: build or unpack the package again")
+    return folder / relative
 
 
 def is_tarball(path: Path) -> bool:

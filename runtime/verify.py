@@ -5,8 +5,9 @@ Checks, in order (the first failure ends the run with exit 1 and one `error: FIL
 2. checksums: every file listed in SHA256SUMS exists and matches, and no file is unlisted;
 3. the manifest: its format, its `files` (sha256 and size) against SHA256SUMS, every variant's file
    and sizes; per variant, the model's metadata (family, model), I/O names, dtypes and dims, and opset
-   against the manifest; config.json against the model's metadata; preprocessor_config.json loads with
-   transformers' AutoImageProcessor (its torch-free PIL backend);
+   against the manifest; config.json against the model's metadata; neither config asks for code of its own
+   (an `auto_map`: refused, nothing of the package ever runs); preprocessor_config.json loads as the family's
+   processor by its explicit class (transformers' torch-free PIL backend; never AutoImageProcessor);
 4. every variant loads in ONNX Runtime and runs at the smoke sizes (runtime/smoke.py: random pixels,
    as the processor grids an image of that size); every output has the shape the manifest recorded
    for that size and only finite values;
@@ -33,10 +34,11 @@ from core.errors import CheckFailed, UsageError
 from core.progress import say
 from families import family
 from families.base import FEATURES
+from families.untrusted import refuse_code
 from runtime import smoke, unpack
 
 TAG = "verify"
-MANIFEST, SUMS, CARD = "manifest.json", "SHA256SUMS", "README.md"
+MANIFEST, SUMS, CARD = unpack.MANIFEST, unpack.SUMS, unpack.CARD
 FORMAT = "vlm-vision-onnx-package/1"
 
 
@@ -174,8 +176,16 @@ def check_configs(manifest: dict, meta: dict[str, str], folder: Path) -> None:
             fail(MANIFEST, f"does not record {name}")
     try:
         config = json.loads((folder / "config.json").read_text())
+        processor_config = json.loads((folder / "preprocessor_config.json").read_text())
     except ValueError as err:
-        fail("config.json", f"is not valid JSON ({err})")
+        fail("config.json or preprocessor_config.json", f"is not valid JSON ({err})")
+    if not isinstance(config, dict):
+        fail("config.json", "is not a JSON object")
+    for name, values in (("config.json", config), ("preprocessor_config.json", processor_config)):
+        try:
+            refuse_code(values, name)
+        except UsageError as err:
+            fail(name, str(err).removeprefix(f"{name} "))
     # a whole model's config (the Qwen generations) holds the tower's facts in vision_config
     nested = config.get("vision_config") if isinstance(config.get("vision_config"), dict) else {}
     for where, values in (("", config), ("vision_config.", nested)):

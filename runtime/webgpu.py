@@ -32,7 +32,7 @@ import numpy as np
 from core import onnx_io, parity, session
 from core.errors import CheckFailed, UsageError
 from core.progress import say
-from core.staging import check_result_file, staged_file
+from core.staging import add_clobber_argument, check_result_file, staged_file
 from families import family
 from runtime import unpack
 
@@ -272,6 +272,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the whole report (per layout) to FILE")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing --json FILE that is not an earlier webgpu-check report")
+    add_clobber_argument(parser)
     parser.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="seconds per variant (default 1800)")
     parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads of the CPU reference")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from core.errors import Parser, UsageError, main_wrapper
 from core.onnx_io import copy_model, has_external_data, load, model_path, save
 from core.progress import say, step
-from core.staging import StagedFile, check_file_output, check_folder_output
+from core.staging import StagedFile, add_clobber_argument, check_file_output, check_folder_output
 from surgery import audit as audit_mod
 from surgery import debake as debake_mod
 from surgery import doctor as doctor_mod
@@ -43,7 +43,8 @@ def _out_options(parser: argparse.ArgumentParser) -> None:
                         help="output folder (model.onnx + report.json), or a .onnx file name (report.json beside it)")
     parser.add_argument("--report", default=None, help="report path (default: report.json beside the model)")
     parser.add_argument("--force", action="store_true",
-                        help="replace an existing OUT that is not an earlier surgery output")
+                        help="replace an existing OUT that another stage of this tool wrote (only its listed files)")
+    add_clobber_argument(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -85,10 +85,12 @@ def test_surgery_never_replaces_another_stages_report(work, capsys):
 
 
 def test_existing_file_is_not_replaced_without_force(work, capsys):
+    """A file this tool did not write is refused, --force or not (--clobber is the only way to replace it)."""
     (work / "out.npz").write_bytes(b"not mine to delete")
-    message = refused(work, capsys, "runtime", ["encode", "export/model.onnx", "--inputs", "pack.npz",
-                                                "--out", "out.npz"])
-    assert "--force" in message
+    for force in ([], ["--force"]):
+        message = refused(work, capsys, "runtime", ["encode", "export/model.onnx", "--inputs", "pack.npz",
+                                                    "--out", "out.npz", *force])
+        assert "not written by this tool" in message and "--clobber" in message
 
 
 def test_encode_out_is_a_folder(work, capsys):
@@ -112,11 +114,13 @@ def test_stage_out_named_like_a_model_is_refused(work, capsys):
 
 
 def test_force_replaces_and_a_rerun_replaces_its_own_output(work, capsys):
-    """The positive side: --force replaces a user folder; a second run replaces the first run's OUT."""
+    """The positive side: a second run replaces the first run's OUT; --clobber writes into a user folder (issue 34:
+    --force never does; tests/test_hostile_inputs.py has --force replacing another stage's output)."""
     main = cli("surgery")
-    assert main(["debake", "export", "mine", "--force"]) == 0
+    assert main(["debake", "export", "new"]) == 0
+    assert main(["debake", "export", "new"]) == 0
+    assert main(["debake", "export", "mine", "--clobber"]) == 0
     assert json.loads((work / "mine" / "report.json").read_text())["stage"] == "surgery"
-    assert main(["debake", "export", "mine"]) == 0
 
 
 # --- bad input files -------------------------------------------------------------------------------
@@ -260,7 +264,10 @@ def _checkpoint(work: Path, kind: str) -> Path:
         import torch
         from safetensors.torch import save_file
 
-        save_file({"model.visual.patch_embed.proj.weight": torch.zeros(64, 3, 2, 16, 8)},
+        # the config's depth and widths are in the weights (checked from the header first), one shape is wrong
+        save_file({"model.visual.patch_embed.proj.weight": torch.zeros(64, 3, 2, 16, 8),
+                   **{f"model.visual.blocks.{i}.mlp.linear_fc1.weight": torch.zeros(128, 64) for i in range(2)},
+                   "model.visual.merger.linear_fc2.weight": torch.zeros(96, 256)},
                   str(folder / "model.safetensors"))
     return folder
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from transformers.models.phi4_multimodal.configuration_phi4_multimodal import (
     Phi4MultimodalConfig,
     Phi4MultimodalVisionConfig,
@@ -91,9 +92,14 @@ def build_from_checkpoint(checkpoint: str) -> tuple[Phi4MultimodalImageEmbedding
         check_values(raw["vision_config"], Phi4MultimodalVisionConfig().to_dict(), config_path, "vision_config.")
     try:
         config = Phi4MultimodalConfig.from_dict(raw)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, AttributeError, KeyError, StrictDataclassError) as err:  # a field of the wrong type
         raise UsageError(f"checkpoint {folder}: bad config.json: {str(err).splitlines()[0]}") from None
     config = _checked(config, config_path)
+    v = config.vision_config
+    ckpt.check_dims(ckpt.header_shapes(folder, IMAGE_EMBED_PREFIXES),
+                    ("vision_config.num_hidden_layers", v.num_hidden_layers),
+                    {"vision_config.hidden_size": v.hidden_size, "vision_config.intermediate_size": v.intermediate_size},
+                    "layers", config_path)
     state, _ = ckpt.load_prefixed_state_dict(folder, IMAGE_EMBED_PREFIXES)
     with torch.device("meta"):
         embed = Phi4MultimodalImageEmbedding(config)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
 from builders import checkpoint as ckpt
 from builders.config import ModelConfig, check_values
@@ -98,9 +99,13 @@ def build_from_checkpoint(generation: TorchGeneration, checkpoint: str) -> tuple
                  "vision_config.")
     try:
         vision = generation.facts.model_config_class()(**raw).vision_config
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, AttributeError, KeyError, StrictDataclassError) as err:  # a field of the wrong type
         raise UsageError(f"checkpoint {config_path}: bad config: {str(err).splitlines()[0]}") from None
     check_consistent(generation, vision, config_path)
+    widths = {k: getattr(vision, k) for k in ("hidden_size", "embed_dim", "intermediate_size", "out_hidden_size")
+              if isinstance(getattr(vision, k, None), int)}
+    ckpt.check_dims(ckpt.header_shapes(folder, VISION_PREFIXES), ("vision_config.depth", vision.depth),
+                    {f"vision_config.{k}": v for k, v in widths.items()}, "blocks", config_path)
     state, _ = ckpt.load_prefixed_state_dict(folder, VISION_PREFIXES)
     with torch.device("meta"):
         model = generation.vision_model(_eager(vision))

@@ -72,5 +72,5 @@ FAMILY = Family(
     surgery_checks=("claims",),
     release=Release(release.write_config, release.write_processor, release.ACCEPTS, release.USAGE),
     processing=Processing(processing.processor, processing.image_inputs, processing.processor,
-                          processing.embed_pack),
+                          processing.embed_pack, processing.max_pixels),
 )

@@ -23,6 +23,7 @@ import numpy as np
 from core.errors import UsageError
 from core.report import read_json_object
 from families.resample import normalize, resize_bicubic, resize_uint8_aa
+from families.untrusted import refuse_code
 
 CONFIG_FILE = "preprocessor_config.json"
 #: Phi4MultimodalImageProcessor's class defaults in transformers 5.23 (the test checks them).
@@ -59,6 +60,7 @@ def load_config(folder: str | Path) -> dict:
     raw = read_json_object(path, "processor config", "build or unpack the package again")
     if "dynamic_hd" not in raw:
         raise UsageError(f"{path} is not a Phi-4-multimodal image processor config (no dynamic_hd)")
+    refuse_code(raw, path)
     config = {**DEFAULTS, **{k: raw[k] for k in DEFAULTS if k in raw}}
     if config["size"].get("height") != config["size"].get("width"):
         raise UsageError(f"{path}: size must be square, got {config['size']}")

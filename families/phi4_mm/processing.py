@@ -50,3 +50,15 @@ def embed_pack(folder: Path, images: list[tuple[Path, np.ndarray]], frames: list
         pack.facts.append({"image_size": np.array(size, dtype=np.int64), "num_crops": np.int64(len(crops))})
         pack.tokens.append(tokens)
     return pack
+
+
+def max_pixels(folder: Path) -> int:
+    """The HD canvas's largest area: dynamic_hd crops of size x size pixels (larger images are resized to fit)."""
+    from families.phi4_mm import preprocess as phi4_mm
+
+    config = phi4_mm.load_config(folder)
+    try:
+        return int(config["dynamic_hd"]) * int(config["size"]["height"]) ** 2
+    except (TypeError, ValueError, KeyError, AttributeError):
+        raise UsageError(f"{folder / phi4_mm.CONFIG_FILE}: dynamic_hd and size.height must be integers, got "
+                         f"{config.get('dynamic_hd')!r} and {config.get('size')!r}") from None

@@ -81,7 +81,7 @@ def make_family(generation: Generation) -> Family:
         release=Release(release.config_writer(generation), release.processor_writer(generation), release.ACCEPTS,
                         release.USAGE),
         processing=Processing(processing.processor, processing.image_inputs, processing.load_processor,
-                              processing.embed_packer(generation)),
+                              processing.embed_packer(generation), processing.max_pixels),
     )
 
 

@@ -14,6 +14,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 
 from core.errors import UsageError
 from families.qwen_vl.generations import QWEN3_VL
+from families.untrusted import refuse_code
 
 CONFIG_FILE = "preprocessor_config.json"
 #: Qwen3-VL's image processor settings (Qwen/Qwen3-VL-*-Instruct preprocessor_config.json); every generation's
@@ -44,7 +45,17 @@ def load_processor(folder: str | Path) -> Qwen2VLImageProcessorPil:
     if not isinstance(config, dict) or "merge_size" not in config or "temporal_patch_size" not in config:
         raise UsageError(f"{path} is not a Qwen2-VL/Qwen3-VL image processor config (no merge_size / "
                          "temporal_patch_size)")
-    return Qwen2VLImageProcessorPil.from_pretrained(str(folder))
+    refuse_code(config, path)
+    try:
+        return Qwen2VLImageProcessorPil.from_pretrained(str(folder))  # the explicit class: no code of the folder's
+    except (TypeError, ValueError, KeyError, AttributeError, OSError) as err:
+        raise UsageError(f"{path} does not configure the Qwen image processor ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+
+
+def max_pixels(proc: Qwen2VLImageProcessorPil) -> int:
+    """The most pixels the processor keeps of one image (its `size.longest_edge`, transformers' max_pixels)."""
+    return int(proc.size.longest_edge or SETTINGS["max_pixels"])
 
 
 def preprocess(proc: Qwen2VLImageProcessorPil, images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -2,13 +2,15 @@
 
 Images: transformers' `Qwen2VLImageProcessorPil` configured from the package's preprocessor_config.json
 (families/qwen_vl/preprocess.py): pixel_values float32 [h*w, 3*Tp*P*P], grid_thw int64 [[1, h, w]]
-(h, w in patches); the package must load with transformers' AutoImageProcessor (its PIL backend).
+(h, w in patches). The processor is built by its explicit class, never through AutoImageProcessor (which would
+follow the package's `auto_map` to code of its own; a config holding one is refused).
 A video: the numpy port of Qwen3VLVideoProcessor / Qwen2VLVideoProcessor (families/qwen_vl/preprocess_video.py,
 the generation's), one entry with t > 1.
 """
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
@@ -34,9 +36,22 @@ def image_inputs(image: np.ndarray, loaded) -> dict[str, np.ndarray]:
 
 
 def load_processor(folder: Path):
-    from transformers import AutoImageProcessor
+    """The package's processor, by its explicit class; UsageError when the config is not a Qwen one (what
+    transformers' AutoImageProcessor resolves it to: `image_processor_type`) or asks for code of its own."""
+    from families.qwen_vl import preprocess as qwen3_vl
 
-    return AutoImageProcessor.from_pretrained(str(folder))
+    loaded = qwen3_vl.load_processor(folder)
+    declared = json.loads((Path(folder) / qwen3_vl.CONFIG_FILE).read_text()).get("image_processor_type")
+    if declared is not None and not str(declared).startswith("Qwen2VLImageProcessor"):
+        raise UsageError(f"{Path(folder) / qwen3_vl.CONFIG_FILE} names image_processor_type {declared!r}, not "
+                         "Qwen2VLImageProcessor (the Qwen generations' processor)")
+    return loaded
+
+
+def max_pixels(folder: Path) -> int:
+    from families.qwen_vl import preprocess as qwen3_vl
+
+    return qwen3_vl.max_pixels(qwen3_vl.load_processor(folder))
 
 
 def embed_packer(generation: Generation):

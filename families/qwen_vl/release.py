@@ -59,13 +59,12 @@ def processor_writer(generation: Generation):
     the processor's own `save_pretrained` (the checkpoint's when it ships one, else the generation's settings)."""
 
     def write_processor(report: dict, metadata: dict, dest: Path) -> dict:
-        from transformers import AutoImageProcessor
-
         from families.qwen_vl import preprocess
 
         checkpoint = export_facts.checkpoint(report)
         if checkpoint is not None and (checkpoint / "preprocessor_config.json").is_file():
-            AutoImageProcessor.from_pretrained(checkpoint, backend="pil").save_pretrained(dest)
+            # the explicit PIL class, not AutoImageProcessor: a checkpoint's auto_map never runs (it is refused)
+            preprocess.load_processor(checkpoint).save_pretrained(str(dest))
         else:
             config = export_facts.read_json(dest / "config.json")["vision_config"]
             preprocess.save_config(dest, generation.processor, patch_size=config["patch_size"],
