@@ -24,8 +24,8 @@ from quantize import optimize
 
 PACKS = [[[1, 4, 6]], [[1, 18, 46], [3, 4, 8], [1, 2, 64]], [[2, 10, 6], [1, 6, 10], [1, 2, 2]], [[4, 2, 2]]] + \
     layouts.random_grids(np.random.default_rng(5), 2, count=6)
-# (single image, mixed pack with a video): patch counts where N x N > N x 1536, the widest row.
-SHAPE_CHECKS = [[[1, 48, 48]], [[1, 64, 64]], [[1, 48, 48], [2, 16, 16]]]
+# (single images, a video of equal frames, a mixed pack with a video): patch counts where N x N > N x 1536, the widest row.
+SHAPE_CHECKS = [[[1, 48, 48]], [[1, 64, 64]], [[3, 32, 32]], [[1, 48, 48], [2, 16, 16]]]
 PATCH_DIM = 1536
 
 
@@ -175,7 +175,7 @@ def test_one_unmasked_fused_attention_per_block(graphs, stage):
     depth = load_config("qwen3-vl-tiny").vision["depth"]
     nodes = list(_all_nodes(ir.load(graphs[stage]).graph))
     attention = [n for n in nodes if n.op_type == "MultiHeadAttention"]
-    assert len(attention) == depth
+    assert len(attention) == 2 * depth  # per block: the batched branch (segments of one size) and the Loop's step
     assert all(len([i for i in n.inputs if i is not None]) == 3 for n in attention)  # no mask, no bias
     assert not [n for n in nodes if n.op_type in ("Softmax", "Attention")]
 
@@ -188,10 +188,13 @@ def test_no_tensor_of_n_by_n_size(graphs, stage, tmp_path):
         pixels, grid = layouts.random_pixels(pack, PATCH_DIM, rng)
         n = pixels.shape[0]
         shapes = runtime_shapes(graphs[stage], {"pixel_values": pixels, "grid_thw": grid}, tmp_path)
-        frames = [[1, h * w, None] for t, h, w in pack for _ in range(t)]
+        frames = [h * w for t, h, w in pack for _ in range(t)]
         attention = [shape for op, shape in shapes if op == "MultiHeadAttention"]
-        assert len(attention) == depth * len(frames)  # the profile saw inside the Loop: one call per frame
-        assert sorted(s[1] for s in attention) == sorted(f[1] for f in frames for _ in range(depth))
+        if len(set(frames)) == 1:  # one size: each block's one call on all frames as a batch, no Loop
+            assert [s[:2] for s in attention] == [[len(frames), frames[0]]] * depth
+        else:  # the profile saw inside the Loop: one call per frame
+            assert len(attention) == depth * len(frames)
+            assert sorted(s[1] for s in attention) == sorted(f for f in frames for _ in range(depth))
         assert not quadratic_tensors(shapes, n), f"{pack}: N = {n}"
 
 

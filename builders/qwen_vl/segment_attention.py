@@ -88,42 +88,63 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
     size = op.Mul(rows, cols)  # [S]
     ends = op.CumSum(size, 0)  # [S] exclusive end row of each segment
     starts = op.Sub(ends, size)
-    # query chunks: Q rows each (the last of a segment shorter), C in all
-    q = op.Min(op.ReduceMax(size, keepdims=0), op.Constant(value_int=chunk))  # Q, scalar
-    per_segment = op.Div(op.Sub(op.Add(size, q), 1), q)  # [S] chunks of each segment (ceil)
-    chunk_ends = op.CumSum(per_segment, 0)
-    chunks = op.ReduceSum(per_segment, keepdims=0)  # C, scalar
-    piece = op.Range(0, chunks, 1)  # [C]
-    owner = op.ReduceSum(op.Cast(op.GreaterOrEqual(op.Unsqueeze(piece, [1]), op.Unsqueeze(chunk_ends, [0])),
-                                 to=INT64.dtype), [1], keepdims=0)  # [C] segment of each chunk (C x S compare)
-    kv_starts, kv_ends = op.Gather(starts, owner), op.Gather(ends, owner)  # [C] its segment's rows
-    q_starts = op.Add(kv_starts, op.Mul(op.Sub(piece, op.Gather(op.Sub(chunk_ends, per_segment), owner)), q))
-    q_ends = op.Min(op.Add(q_starts, q), kv_ends)  # [C]
-    q_rows = op.Unsqueeze(q, [0])  # [1]
+    longest = op.ReduceMax(size, keepdims=0)  # scalar
+    # One size for every segment (one image, the frames of a video, full windows), within a step's rows and
+    # filling the pack exactly: all segments as one batch of one attention, no Loop. Else the Loop below.
+    uniform = op.And(op.Equal(op.ReduceMin(size, keepdims=0), longest),
+                     op.And(op.LessOrEqual(longest, op.Constant(value_int=chunk)),
+                            op.Equal(op.Mul(segments, longest), op.Squeeze(op.Shape(query, start=1, end=2)))))
+    if uniform:
+        batch = op.Concat(op.Reshape(segments, [1]), op.Reshape(longest, [1]), op.Shape(query, start=2, end=3),
+                          axis=0)  # [S, L, C]
+        batched = _msft.MultiHeadAttention(op.Reshape(query, batch), op.Reshape(key, batch),
+                                           op.Reshape(value, batch), num_heads=num_heads, scale=scale)
+        attended = op.Reshape(batched, op.Shape(query))  # [1, N, C]
+    else:
+        # query chunks: Q rows each (the last of a segment shorter), C in all
+        q = op.Min(longest, op.Constant(value_int=chunk))  # Q, scalar
+        per_segment = op.Div(op.Sub(op.Add(size, q), 1), q)  # [S] chunks of each segment (ceil)
+        chunk_ends = op.CumSum(per_segment, 0)
+        chunks = op.ReduceSum(per_segment, keepdims=0)  # C, scalar
+        piece = op.Range(0, chunks, 1)  # [C]
+        owner = op.ReduceSum(op.Cast(op.GreaterOrEqual(op.Unsqueeze(piece, [1]), op.Unsqueeze(chunk_ends, [0])),
+                                     to=INT64.dtype), [1], keepdims=0)  # [C] segment of each chunk (C x S compare)
+        kv_starts, kv_ends = op.Gather(starts, owner), op.Gather(ends, owner)  # [C] its segment's rows
+        q_starts = op.Add(kv_starts, op.Mul(op.Sub(piece, op.Gather(op.Sub(chunk_ends, per_segment), owner)), q))
+        q_ends = op.Min(op.Add(q_starts, q), kv_ends)  # [C]
+        q_rows = op.Unsqueeze(q, [0])  # [1]
+        # The body's constants, made here by ops: a Constant node (or a Python literal) inside a Loop that sits in
+        # an If's branch is dropped by ONNX Runtime's transformer optimizer (it keeps only what is read one level
+        # down), which leaves the optimized model invalid.
+        one = op.Shape(q_rows)  # [1] = 1
+        zero = op.Sub(one, one)  # [0] = 0
+        pad_head = op.Concat(zero, zero, zero, zero, axis=0)  # [4] zeros
 
-    @onnxscript.graph()
-    def chunk_step(i: INT64, cond: BOOL):
-        at = op.Unsqueeze(i, [0])
-        after = op.Add(at, [1])
-        start, end = op.Slice(q_starts, at, after), op.Slice(q_ends, at, after)  # [1] each
-        kv_start, kv_end = op.Slice(kv_starts, at, after), op.Slice(kv_ends, at, after)
-        attended = _msft.MultiHeadAttention(op.Slice(query, start, end, [1]), op.Slice(key, kv_start, kv_end, [1]),
-                                            op.Slice(value, kv_start, kv_end, [1]), num_heads=num_heads,
-                                            scale=scale)  # [1, rows, C]
-        # the rows attended, counted from the tensor: a grid_thw that claims more rows than the pack holds gets
-        # shorter slices, and the step's output still has Q rows (what the ops after make of such input is theirs)
-        rows = op.Shape(attended, start=1, end=2)  # [1]
-        padded = op.Pad(attended, op.Concat([0, 0, 0, 0], op.Sub(q_rows, rows), [0], axis=0))  # [1, Q, C]
-        return op.Identity(cond), padded, rows
+        @onnxscript.graph()
+        def chunk_step(i: INT64, cond: BOOL):
+            at = op.Unsqueeze(i, zero)
+            after = op.Add(at, one)
+            start, end = op.Slice(q_starts, at, after), op.Slice(q_ends, at, after)  # [1] each
+            kv_start, kv_end = op.Slice(kv_starts, at, after), op.Slice(kv_ends, at, after)
+            piece_out = _msft.MultiHeadAttention(op.Slice(query, start, end, one),
+                                                 op.Slice(key, kv_start, kv_end, one),
+                                                 op.Slice(value, kv_start, kv_end, one), num_heads=num_heads,
+                                                 scale=scale)  # [1, rows, C]
+            # the rows attended, counted from the tensor: a grid_thw that claims more rows than the pack holds gets
+            # shorter slices, and the step's output still has Q rows (what the ops after make of such input is theirs)
+            rows = op.Shape(piece_out, start=1, end=2)  # [1]
+            padded = op.Pad(piece_out, op.Concat(pad_head, op.Sub(q_rows, rows), zero, axis=0))  # [1, Q, C]
+            return op.Identity(cond), padded, rows
 
-    # An explicit (always true) condition: ORT's symbolic shape inference needs the Loop's second input.
-    stacked, attended_rows = op.Loop(chunks, op.Constant(value=True), body=chunk_step)  # [C, 1, Q, C], [C, 1]
-    flat = op.Reshape(stacked, op.Concat([1, -1], op.Shape(query, start=2, end=3), axis=0))  # [1, C * Q, C]
-    real = op.Less(op.Unsqueeze(op.Range(0, q, 1), [0]), attended_rows)  # [C, Q]: the rows that are not padding
-    # Compress straight on [1, C * Q, C]: an Unsqueeze after it would copy its N rows once more in ONNX Runtime.
-    # (Reading each short chunk on into the rows after it instead of padding, a copy less, costs more where frames
-    # differ: those rows attend too.)
-    return op.Compress(flat, op.Reshape(real, [-1]), axis=1)  # [1, N, C]
+        # An explicit (always true) condition: ORT's symbolic shape inference needs the Loop's second input.
+        stacked, attended_rows = op.Loop(chunks, op.Constant(value=True), body=chunk_step)  # [C, 1, Q, C], [C, 1]
+        flat = op.Reshape(stacked, op.Concat([1, -1], op.Shape(query, start=2, end=3), axis=0))  # [1, C * Q, C]
+        real = op.Less(op.Unsqueeze(op.Range(0, q, 1), [0]), attended_rows)  # [C, Q]: the rows that are not padding
+        # Compress straight on [1, C * Q, C]: an Unsqueeze after it would copy its N rows once more in ONNX Runtime.
+        # (Reading each short chunk on into the rows after it instead of padding, a copy less, costs more where frames
+        # differ: those rows attend too.)
+        attended = op.Compress(flat, op.Reshape(real, [-1]), axis=1)  # [1, N, C]
+    return attended
 
 
 # onnxscript lists only the top-level graph's domains in the function's imports; the Loop body uses

@@ -14,6 +14,11 @@ Loops at 2B dims exhausts memory. In a graph without subgraphs (Phi-4-multimodal
 reads the q, k, v weights and biases (it concatenates them) and the BiasGelu fusion reads the biases, so
 only the MatMul weights outside attention are held out (o, fc1, fc2, the projector; `_held_names`): at
 published dims that is 3/4 of the encoder's bytes that ORT's optimizer never copies.
+
+ORT's optimizer looks one level into subgraphs when it drops unread nodes and initializers (`prune_graph`,
+`update_graph`): a main-graph value read only two levels down (the segment attention's Loop inside its If
+branch reads constants the export lifted to the main graph) would be dropped and the result invalid. Such values
+are graph outputs while the optimizer runs (`_deep_reads`), and outputs no more after.
 """
 
 import logging
@@ -34,10 +39,13 @@ def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, 
     options = FusionOptions(MODEL_TYPE)
     options.attention_mask_format = AttentionMaskFormat.AttentionMask
     held = _hold_out_weights(model)
+    outputs = list(model.graph.outputs)
+    model.graph.outputs.extend(_deep_reads(model))
     try:
         proto = onnx_io.to_proto(model)
     finally:
         _put_back(model, held)
+        model.graph.outputs[:] = outputs
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     optimized = optimize_model(proto, model_type=MODEL_TYPE, num_heads=num_heads, hidden_size=hidden_size,
                                optimization_options=options, opt_level=0, only_onnxruntime=False)
@@ -45,7 +53,38 @@ def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, 
     stats = {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
     result = ir.serde.deserialize_model(optimized.model)
     _put_back(result, held)
+    kept = {value.name for value in outputs}
+    result.graph.outputs[:] = [value for value in result.graph.outputs if value.name in kept]
     return result, stats
+
+
+def _subgraphs(graph: ir.Graph):
+    """The subgraphs of `graph`'s nodes (one level down)."""
+    for node in graph:
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield attr.value
+            elif attr.type == ir.AttributeType.GRAPHS:
+                yield from attr.value
+
+
+def _deep_reads(model: ir.Model) -> list[ir.Value]:
+    """The main graph's values (inputs, initializers, node outputs) read by a node two or more subgraph levels
+    down and neither by the main graph nor by its direct subgraphs."""
+    main = model.graph
+    own = {id(v) for v in (*main.inputs, *main.initializers.values())}
+    own |= {id(v) for node in main for v in node.outputs}
+
+    def read_in(graph: ir.Graph) -> dict[int, ir.Value]:
+        found = {id(v): v for node in graph for v in node.inputs if v is not None and id(v) in own}
+        for sub in _subgraphs(graph):
+            found.update(read_in(sub))
+        return found
+
+    deep = {key: v for sub in _subgraphs(main) for inner in _subgraphs(sub) for key, v in read_in(inner).items()}
+    shallow = {id(v) for graph in (main, *_subgraphs(main)) for node in graph for v in node.inputs if v is not None}
+    shallow |= {id(v) for v in main.outputs}
+    return [v for key, v in deep.items() if key not in shallow]
 
 
 def _has_subgraphs(model: ir.Model) -> bool:
