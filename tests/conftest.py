@@ -121,3 +121,27 @@ def every_variant_packages(tiny_exports, tmp_path_factory) -> dict:
         build = build_every_variant(export, root / "build" / name)
         found[fam], _ = package(build, root / "dist", threads=1)
     return found
+
+
+#: `--static` sizes of the tiny configs (pixels, WxH): a square and a non-square one per Qwen generation, each a
+#: few patches a side; Qwen2.5-VL's windows (8 patches) are cut at the right and bottom edges at both sizes.
+TINY_STATIC = {"qwen2-vl-tiny": ("56x56", "84x56"), "qwen2.5-vl-tiny": ("168x168", "196x140"),
+               "qwen3-vl-tiny": ("64x64", "96x64"), "qwen3.5-tiny": ("64x64", "96x64")}
+
+
+@pytest.fixture(scope="session")
+def tiny_static(tmp_path_factory) -> dict:
+    """{(config, size): folder} of `--static` exports (TorchScript, random weights seed 0) of every TINY_STATIC
+    size, plus ("qwen2.5-vl-tiny", "196x140", "dynamo") through torch.export; built once per session."""
+    from builders import vision
+
+    root = tmp_path_factory.mktemp("tiny-static")
+    found = {}
+    for model, sizes in TINY_STATIC.items():
+        for size in sizes:
+            found[model, size] = root / f"{model}-{size}"
+            assert vision.main(["--model", model, "--static", size, "--out", str(found[model, size])]) == 0
+    found["qwen2.5-vl-tiny", "196x140", "dynamo"] = root / "qwen2.5-vl-tiny-196x140-dynamo"
+    assert vision.main(["--model", "qwen2.5-vl-tiny", "--static", "196x140", "--dynamo", "--out",
+                        str(found["qwen2.5-vl-tiny", "196x140", "dynamo"])]) == 0
+    return found
