@@ -10,6 +10,9 @@ DYNAMO ?=
 # Runtime's (they fuse its contrib ops), so they do not run.
 OPS ?=
 FP16 ?=
+# OV_INT8=1 (default): also the OpenVINO INT8 variant (`python -m quantize ov-int8`: NNCF, OpenVINO IR, the package's
+# openvino/vision_encoder_int8.xml; docs/runtime-openvino.md); OV_INT8= leaves it out.
+OV_INT8 ?= 1
 # STATIC=WxH[,WxH...]: static specializations for NPUs instead of the dynamic pipeline (docs/npu.md): per size,
 # build/MODEL/static-WxH/export (builders.vision --static), .../qnn (A16W8 QDQ) and .../fp16 (HTP fp16 precision).
 STATIC ?=
@@ -100,6 +103,7 @@ else
 	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(int4_flags)
 	$(if $(FP16),$(PY) -m quantize fp16 $(BUILD)/optimized $(BUILD)/fp16)
 	$(if $(FP16),$(PY) -m quantize q4f16 $(BUILD)/optimized $(BUILD)/q4f16)
+	$(if $(OV_INT8),$(PY) -m quantize ov-int8 $(BUILD)/optimized $(BUILD)/ov-int8)
 endif
 
 # Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,

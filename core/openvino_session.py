@@ -1,6 +1,7 @@
 """An OpenVINO CPU model behind the part of `onnxruntime.InferenceSession` the runtime uses (torch-free).
 
-`OpenVINOSession(path, threads, precision)` compiles the ONNX file for OpenVINO's CPU plugin and answers
+`OpenVINOSession(path, threads, precision)` compiles the ONNX file (or OpenVINO IR, `.xml` + `.bin`: the ov-int8
+variant, `quantize/ov_int8.py`) for OpenVINO's CPU plugin and answers
 `get_inputs()` / `get_outputs()` (name, ORT-style type, shape), `get_modelmeta().custom_metadata_map` and
 `run(names, feeds) -> [arrays]`, so that code written against an ORT session runs unchanged.
 
@@ -20,6 +21,10 @@ from core import onnx_io
 from core.errors import UsageError
 
 PRECISIONS = ("f32", "bf16")
+#: The model file of an IR stage folder (its weights: model.bin beside it).
+IR_MODEL_FILE = "model.xml"
+#: Where an IR keeps the ONNX file's metadata_props (family, model, ...): rt_info[RT_INFO_KEY][key].
+RT_INFO_KEY = "vlm_vision_onnx"
 _TYPES = {"f32": "tensor(float)", "f16": "tensor(float16)", "i64": "tensor(int64)", "i32": "tensor(int32)",
           "boolean": "tensor(bool)", "u8": "tensor(uint8)", "i8": "tensor(int8)"}
 
@@ -45,6 +50,24 @@ def available() -> bool:
 def bf16_supported() -> bool:
     """Whether OpenVINO's CPU plugin can compute in bf16 on this CPU."""
     return "BF16" in _openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+def is_ir(path: str | os.PathLike) -> bool:
+    """Whether `path` names an OpenVINO IR (`.xml`) rather than an ONNX file."""
+    return Path(path).suffix == ".xml"
+
+
+def set_metadata(model, metadata: dict[str, str]) -> None:
+    """Keep an ONNX file's metadata_props in an OpenVINO model's rt_info (saved with it in the IR)."""
+    for key, value in metadata.items():
+        model.set_rt_info(str(value), [RT_INFO_KEY, key])
+
+
+def metadata(model) -> dict[str, str]:
+    """The metadata `set_metadata` kept in an OpenVINO model ({} when none)."""
+    if not model.has_rt_info([RT_INFO_KEY]):
+        return {}
+    return {key: value.astype(str) for key, value in model.get_rt_info()[RT_INFO_KEY].items()}
 
 
 @dataclass(frozen=True)
@@ -79,16 +102,21 @@ class OpenVINOSession:
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         self.path, self.precision = Path(path), precision
+        core = ov.Core()
         try:
-            self.compiled = ov.Core().compile_model(str(path), "CPU", config)
+            # an IR's metadata is in the model (rt_info); an ONNX file's is read from the file below
+            model = core.read_model(str(path)) if is_ir(path) else str(path)
+            meta = metadata(model) if is_ir(path) else None
+            self.compiled = core.compile_model(model, "CPU", config)
         except RuntimeError as err:
             # whole, on one line: OpenVINO names the failing op at the end of a long message
             raise UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())}") from None
         self.request = self.compiled.create_infer_request()
         self._inputs = [_port(p) for p in self.compiled.inputs]
         self._outputs = [_port(p) for p in self.compiled.outputs]
-        proto = onnx_io.read_proto(path)
-        self._meta = ModelMeta({p.key: p.value for p in proto.metadata_props})
+        if meta is None:
+            meta = {p.key: p.value for p in onnx_io.read_proto(path).metadata_props}
+        self._meta = ModelMeta(meta)
 
     def get_inputs(self) -> list[Port]:
         return self._inputs

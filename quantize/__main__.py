@@ -20,6 +20,7 @@ from quantize import (
     optimize,
     outlier_channels,
     outlier_check,
+    ov_int8,
     q4f16,
     qnn,
     quantizers,
@@ -34,10 +35,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     int4_cmd = commands.add_parser("int4", help="weight-only INT4 (MatMulNBits)")
     fp16_cmd = commands.add_parser("fp16", help="float16 weights and activations, float32 where they would overflow")
     q4f16_cmd = commands.add_parser("q4f16", help="the INT4 variant's 4-bit weights under float16 activations (WebGPU)")
+    ov_int8_cmd = commands.add_parser("ov-int8", help="INT8 for OpenVINO (NNCF: weights and activations; OpenVINO IR)")
+    ov_int8.OvInt8Options.add_arguments(ov_int8_cmd)
     qnn_cmd = commands.add_parser("qnn", help="A16W8 QDQ of a static export for Qualcomm's HTP (docs/npu.md)")
     qnn_cmd.add_argument("--min-cosine", type=float, default=qnn.DEFAULT_MIN_COSINE, metavar="COS",
                          help="min per-token cosine against fp32 on photos (default %(default)s)")
-    for sub in (opt, int8_cmd, int4_cmd, fp16_cmd, q4f16_cmd, qnn_cmd):
+    for sub in (opt, int8_cmd, int4_cmd, fp16_cmd, q4f16_cmd, qnn_cmd, ov_int8_cmd):
         sub.add_argument("input", type=Path, metavar="IN", help="model.onnx or a stage folder")
         sub.add_argument("out", type=Path, metavar="OUT", help="output stage folder")
         sub.add_argument("--threads", type=int, default=0, help="ORT intra-op threads for the checks (0: all)")
@@ -182,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "fp16":
             fp16.run(args.input, args.out, args.threads, args.force, args.min_cosine, args.headroom, args.exclude,
                      args.outliers)
+        elif args.command == "ov-int8":
+            ov_int8.run(args.input, args.out, ov_int8.OvInt8Options.from_args(args), args.force)
         elif args.command == "qnn":
             qnn.run(args.input, args.out, args.threads, args.force, args.min_cosine)
         elif args.command == "q4f16":

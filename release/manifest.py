@@ -104,8 +104,8 @@ def stage_record(stage: Stage) -> dict:
 
 def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> dict:
     report = variant.stage.report
-    own = {path: rec for path, rec in files.items() if Path(path).name.startswith(variant.file)}
-    record = {"name": variant.name, "file": f"onnx/{variant.file}", "stage": variant.stage.name,
+    own = {path: rec for path, rec in files.items() if variant.owns(path)}
+    record = {"name": variant.name, "file": variant.path, "stage": variant.stage.name,
               "files": sorted(own), "size": sum(rec["size"] for rec in own.values())}
     if variant.name == "fp32":
         record["dtype"] = "float32 weights"
@@ -118,6 +118,8 @@ def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> d
         cpu_ep = report["cpu_execution_provider"]
         record["accuracy_vs_fp32_cpu_ep"] = {k: cpu_ep[k] for k in ("run", "max_abs", "min_cosine", "min_token_cosine")
                                              if k in cpu_ep}
+    if variant.folder == "openvino":  # checked in OpenVINO at the precision of --engine openvino there
+        record["accuracy_vs_fp32"]["engine"] = val.get("engine")
     if "precision" in report:
         precision = report["precision"]
         record["precision"] = {"fp16_nodes": precision.get("fp16_nodes"),

@@ -100,10 +100,9 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
         + "".join(f", {v.name} from {v.stage.name}" for v in chosen[1:]))
     with staged_folder(out, STAGE, inputs=[build], force=earlier, listed=package_files) as tmp:
         onnx_dir = tmp / "onnx"
-        onnx_dir.mkdir()
         with step(f"copy {len(chosen)} model(s)", timings, "copy"):
             for v in chosen:
-                onnx_io.copy_model(v.stage.model, onnx_dir, v.file, data_name=f"{v.file}_data")
+                v.copy_to(tmp)
         with step("write config.json and preprocessor_config.json", timings, "configs"):
             fam.release.write_config(export, metadata, tmp)
             stages.list_in_config(tmp / "config.json", chosen)

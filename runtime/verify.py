@@ -14,7 +14,8 @@ Checks, in order (the first failure ends the run with exit 1 and one `error: FIL
 5. when the openvino package is installed (the openvino extra): the fp32 variant runs in OpenVINO at the smoke
    sizes, in f32 within the export's tolerance of ONNX Runtime's outputs and, where the CPU has bf16, in bf16
    at a min per-token cosine of at least `core.engine.BF16_FLOOR` against them (what `--engine openvino`
-   runs by default there).
+   runs by default there); each OpenVINO IR variant (ov-int8) runs there at its own floor
+   (runtime/verify_openvino.py; without OpenVINO an IR is checked by its checksums only, steps 1-3).
 Exit 2 (bad input) when the path is not a package at all.
 """
 
@@ -142,6 +143,10 @@ def check_variant_model(manifest: dict, variant: dict, folder: Path) -> dict[str
     size = sum(manifest["files"][p]["size"] for p in variant.get("files", []))
     if variant.get("size") != size:
         fail(MANIFEST, f"variant {variant.get('name')!r} records {variant.get('size')} bytes, its files hold {size}")
+    if file.endswith(".xml"):  # an OpenVINO IR (the ov-int8 variant): runtime/verify_openvino.py
+        from runtime import verify_openvino
+
+        return verify_openvino.check_model(manifest, variant, folder)
     try:
         proto = onnx_io.read_proto(folder / file)
     except UsageError as err:
@@ -220,6 +225,8 @@ def run_smoke(manifest: dict, folder: Path, threads: int | None) -> int:
     runs = 0
     for variant in manifest["variants"]:
         file = variant["file"]
+        if file.endswith(".xml"):  # an OpenVINO IR: run in OpenVINO (step 5)
+            continue
         try:
             sess = session.open_session(folder / file, threads)
         except UsageError as err:
@@ -247,7 +254,10 @@ def run_openvino(manifest: dict, folder: Path, threads: int | None) -> str:
     from core.parity import compare
 
     if not openvino_session.available():
-        return "OpenVINO not installed: not checked"
+        ir = [v["file"] for v in manifest["variants"] if v["file"].endswith(".xml")]
+        line = "OpenVINO not installed: not checked" + (f" ({', '.join(ir)}: checksums only)" if ir else "")
+        say(line, TAG)
+        return line
     fp32 = folder / manifest["variants"][0]["file"]
     tolerance = float(manifest.get("export", {}).get("tolerance") or 1e-4)
     sess = session.open_session(fp32, threads)
@@ -276,6 +286,11 @@ def run_openvino(manifest: dict, folder: Path, threads: int | None) -> str:
     shown = ", ".join(f"{p} min per-token cosine {c:.5f}" for p, c in worst_cosine.items())
     line = f"{manifest['variants'][0]['file']}: OpenVINO at {', '.join(s for s, _, _ in cases)}: {shown}"
     say(line, TAG)
+    from runtime import verify_openvino
+
+    for ir_line in verify_openvino.run_variants(manifest, folder, threads, cases):
+        say(ir_line, TAG)
+        line += f"; {ir_line}"
     return line
 
 

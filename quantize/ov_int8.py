@@ -1,0 +1,509 @@
+"""The ov-int8 stage: `python -m quantize ov-int8 IN OUT`: an INT8 variant for OpenVINO, quantized by NNCF.
+
+IN (the optimize stage's folder or model.onnx) -> OUT/model.xml + model.bin (OpenVINO IR, the form OpenVINO
+loads fastest: `bench/results/ov-int8-form.md`) + OUT/report.json:
+
+1. IN is read and run at every validation layout of its report in ONNX Runtime (`quantize.stage.read_input`: its
+   fp32 outputs there are the reference), then read by OpenVINO (`read_fp32`).
+2. NNCF (`nncf.quantize`, OpenVINO backend, `model_type=TRANSFORMER`) puts FakeQuantize on the input of every
+   MatMul with a constant weight: weights int8 per output channel, symmetric, in 7 bits (`overflow_fix` ENABLE:
+   exact on x86 CPUs without VNNI, whose u8 x s8 kernel saturates 8-bit weights, as the int8 stage's 7-bit
+   default); activations uint8 per tensor, asymmetric, their ranges the min and max over the calibration set
+   (`quantize.calibration.stage_set`: real photos through the family's processor). Left in float (OpenVINO runs
+   them in bf16 where the CPU has it, else f32): every MatMul of two activations (attention: query x key and
+   probabilities x value; named in the ignored scope, not left to NNCF's patterns), every Convolution (the patch
+   embedding reads the raw pixels, whose range no calibration set covers: quantized, the validation layouts fell
+   to min per-token cosine 0.81 on the tiny model), and the Loop bodies (the segment attention).
+   SmoothQuant is off by default (`--smooth-alpha A` turns it on): on the tiny model it lowered the min per-token
+   cosine at every alpha tried (0.3: 0.99038, 0.6: 0.97270, NNCF's 0.95: 0.94402, against 0.99675 without).
+3. The outlier-stress gate (`quantize.outlier_check`: a copy whose residual stream carries 4 channels 20-100x,
+   written once by the patch embedding, as in trained ViTs) is quantized the same way (its own calibration
+   statistics) and compared with its own fp32 outputs at the gate layouts; with `--outliers exclude` the MatMuls
+   most sensitive to quantization (each alone, emulated in numpy from the quantized model's own FakeQuantize
+   ranges and int8 weights, `sensitivity`) stay float until it reaches `--stress-target`.
+4. The floor: the quantized model must reach `--min-cosine` (min per-token cosine against the fp32 outputs, every
+   output, every validation layout) in OpenVINO at the precision `--engine openvino` runs by default here
+   (`core.engine.default_precision`). Static activation ranges calibrated on photos do not cover every input:
+   when it misses, the most sensitive MatMuls (at the worst layout) stay float, the fewest that reach it (k = 1,
+   2, 4, ... then bisected). If none does, UsageError (exit 2) and nothing written.
+The report says which MatMuls stay float and why, per-layout accuracy, the stress gate, the precision it was
+checked at and the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from core import cpu, onnx_io, openvino_session
+from core import parity as metrics
+from core import report as reports
+from core.errors import UsageError
+from core.progress import say, step
+from core.staging import check_folder_output, staged_folder
+from quantize import calibration, outlier_check, stage, weight_stage
+
+STAGE = "ov-int8"
+#: The floor the variant ships under: the INT8 variant's (bench.sweep.FLOORS, core.engine.BF16_FLOOR).
+DEFAULT_MIN_COSINE = 0.998
+#: The NNCF release whose OpenVINO backend and options this stage was written and measured against (pinned in the
+#: openvino extra).
+NNCF_VERSION = "3.4.0"
+MODEL_FILE = openvino_session.IR_MODEL_FILE
+#: Why a weight MatMul or Convolution is left float (the report's `float_nodes`).
+WHY_CONV = ("Convolution: the patch embedding reads the raw pixels, whose range no photo calibration covers "
+            "(quantized, the tiny model's validation layouts fell to min per-token cosine 0.81)")
+WHY_EXCLUDE, WHY_STRESS, WHY_FLOOR = "excluded (--exclude)", "excluded (outlier stress)", "excluded (--min-cosine)"
+
+
+@dataclass(frozen=True)
+class OvInt8Options:
+    """Every option of the stage (checked on construction: UsageError, exit 2, before any work)."""
+
+    min_cosine: float = DEFAULT_MIN_COSINE
+    smooth_alpha: float | None = None
+    outliers: str = "exclude"
+    stress_target: float = outlier_check.DEFAULT_TARGET
+    exclude: tuple[str, ...] = ()
+    precision: str | None = None
+    threads: int = 0
+
+    def __post_init__(self):
+        if not 0 <= self.min_cosine <= 1:
+            raise UsageError(f"--min-cosine must be in [0, 1], got {self.min_cosine}")
+        if self.smooth_alpha is not None and not 0 < self.smooth_alpha < 1:
+            raise UsageError(f"--smooth-alpha must be in (0, 1), got {self.smooth_alpha}")
+        if self.outliers not in outlier_check.MODES:
+            raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {self.outliers!r}")
+        if not 0 < self.stress_target <= 1:
+            raise UsageError(f"--stress-target must be in (0, 1], got {self.stress_target}")
+        if self.precision is not None and self.precision not in openvino_session.PRECISIONS:
+            raise UsageError(f"--precision must be one of {', '.join(openvino_session.PRECISIONS)}, "
+                             f"got {self.precision!r}")
+        if self.threads < 0:
+            raise UsageError(f"--threads must be >= 0, got {self.threads}")
+        weight_stage.excluded([], list(self.exclude))  # a bad pattern is refused before any work
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """The stage's options (IN, OUT, --threads and --force are the command's)."""
+        parser.add_argument("--min-cosine", type=float, default=DEFAULT_MIN_COSINE, metavar="COS",
+                            help="the floor: min per-token cosine against fp32 at every validation layout; the most "
+                                 "sensitive MatMuls stay float until it is reached, else exit 2 and nothing written "
+                                 f"(default {DEFAULT_MIN_COSINE})")
+        parser.add_argument("--smooth-alpha", type=float, metavar="A",
+                            help="SmoothQuant before quantizing, with this alpha for the MatMuls (default: off)")
+        parser.add_argument("--outliers", default="exclude", choices=outlier_check.MODES,
+                            help="outlier-stress gate: exclude = keep float the MatMuls it shows must stay float "
+                                 "(default), report = measure only, off")
+        parser.add_argument("--stress-target", type=float, default=outlier_check.DEFAULT_TARGET, metavar="COS",
+                            help="min per-token cosine the outlier-stress copy must reach with --outliers exclude "
+                                 f"(default {outlier_check.DEFAULT_TARGET})")
+        parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                            help="keep float the MatMuls whose name matches this regex (repeatable)")
+        parser.add_argument("--precision", choices=openvino_session.PRECISIONS,
+                            help="OpenVINO's inference precision for the checks (default: what --engine openvino "
+                                 "runs by default here: bf16 where the CPU has it, else f32)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> OvInt8Options:
+        return cls(args.min_cosine, args.smooth_alpha, args.outliers, args.stress_target, tuple(args.exclude),
+                   args.precision, args.threads)
+
+
+def _nncf():
+    try:
+        import nncf
+    except ImportError:
+        raise UsageError("the ov-int8 stage needs NNCF and OpenVINO: pip install '.[openvino]' "
+                         "(make install installs them)") from None
+    if nncf.__version__ != NNCF_VERSION:
+        say(f"NNCF {nncf.__version__} here; this stage was measured with {NNCF_VERSION} (the openvino extra's pin)")
+    return nncf
+
+
+def read_fp32(model_file: Path, work: Path):
+    """IN as an OpenVINO model, through an IR copy in `work`: OpenVINO's ONNX reader leaves nodes no output reads
+    attached to shared constants, where NNCF's graph builder fails ('Could not find a node ... in NNCFGraph');
+    the IR holds only what the outputs read."""
+    ov = openvino_session._openvino()
+    ir_file = work / "fp32.xml"
+    ov.save_model(ov.Core().read_model(str(model_file)), str(ir_file), compress_to_fp16=False)
+    return ov.Core().read_model(str(ir_file))
+
+
+def _constant_path(output) -> bool:
+    """Whether `output` is computed from constants only (a weight, possibly dequantized)."""
+    node = output.get_node()
+    if node.get_type_name() == "Constant":
+        return True
+    return node.get_input_size() > 0 and all(_constant_path(node.input_value(i)) for i in range(node.get_input_size()))
+
+
+def matmuls(model) -> tuple[list[str], list[str]]:
+    """(names of the MatMuls with a constant weight, of the MatMuls of two activations) in the main graph."""
+    weighted, activations = [], []
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "MatMul":
+            (weighted if _constant_path(node.input_value(1)) else activations).append(node.get_friendly_name())
+    return weighted, activations
+
+
+ATTENTION_OPS = ("ScaledDotProductAttention", "MatMul", "FakeQuantize")
+
+
+def loop_bodies(model) -> dict:
+    """{loops, and per op of ATTENTION_OPS its count in the Loop bodies and in the main graph}: OpenVINO reads the
+    segment attention's MultiHeadAttention as its ScaledDotProductAttention inside the Loop bodies, which NNCF
+    leaves as they are (no FakeQuantize there); counted to prove it."""
+    ops = [op.get_type_name() for op in model.get_ordered_ops()]
+    loops = [n for n in model.get_ordered_ops() if n.get_type_name() in ("Loop", "TensorIterator")]
+    inner = [op.get_type_name() for loop in loops for op in loop.get_function().get_ordered_ops()]
+    return {"loops": len(loops), "in_loop_bodies": {name: inner.count(name) for name in ATTENTION_OPS},
+            "sdpa_in_main_graph": ops.count("ScaledDotProductAttention")}
+
+
+def quantized_matmuls(model) -> list[str]:
+    """Names of the MatMuls whose activation input is quantized (a FakeQuantize before it)."""
+    return [n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == "MatMul"
+            and n.input_value(0).get_node().get_type_name() == "FakeQuantize"]
+
+
+def _int8_weight(output) -> bool:
+    """Whether a MatMul's weight input is computed from an int8 constant (NNCF's compressed weight)."""
+    node = output.get_node()
+    if node.get_type_name() == "Constant":
+        return node.get_element_type().get_type_name() in ("i8", "u8")
+    return any(_int8_weight(node.input_value(i)) for i in range(node.get_input_size()))
+
+
+@dataclass
+class Quantizer:
+    """NNCF with the stage's settings on one fp32 OpenVINO model; `__call__(float_names)` -> quantized model."""
+
+    fp32: object
+    feeds: list[dict]
+    options: OvInt8Options
+    always_float: list[str] = field(default_factory=list)
+
+    def settings(self) -> dict:
+        """What goes into the report's config."""
+        return {"nncf": NNCF_VERSION, "backend": "openvino", "model_type": "TRANSFORMER", "preset": "MIXED",
+                "weights": "int8 per output channel, symmetric, 7 bits (overflow_fix ENABLE)",
+                "activations": "uint8 per tensor, asymmetric, min/max over the calibration set (MINMAX)",
+                "smooth_quant_alpha": self.options.smooth_alpha, "ignored_types": ["Convolution"],
+                "calibration_items": len(self.feeds)}
+
+    def __call__(self, float_names: list[str]):
+        nncf = _nncf()
+        return nncf.quantize(self.fp32, nncf.Dataset(self.feeds), **nncf_arguments(
+            self.options, [*self.always_float, *float_names], len(self.feeds), "Convolution"))
+
+
+def nncf_arguments(options: OvInt8Options, float_names: list[str], items: int, conv_type: str) -> dict:
+    """The keyword arguments of `nncf.quantize` besides the model and data set: the stage's settings with
+    `float_names` and every `conv_type` node (OpenVINO's "Convolution", ONNX's "Conv") ignored. One home for them:
+    `bench.ov_int8_form` quantizes the ONNX file with NNCF's ONNX backend and the same arguments."""
+    nncf = _nncf()
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+        OverflowFix,
+    )
+    from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+
+    alpha = -1 if options.smooth_alpha is None else options.smooth_alpha  # -1: NNCF's "off"
+    advanced = AdvancedQuantizationParameters(
+        overflow_fix=OverflowFix.ENABLE, activations_range_estimator_params=RangeEstimatorParametersSet.MINMAX,
+        smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=alpha))
+    return {"model_type": nncf.ModelType.TRANSFORMER, "preset": nncf.QuantizationPreset.MIXED, "subset_size": items,
+            "ignored_scope": nncf.IgnoredScope(names=sorted(set(float_names)), types=[conv_type], validate=False),
+            "advanced_parameters": advanced}
+
+
+def save(model, path: Path, metadata: dict[str, str]) -> None:
+    """The IR at `path` (+ .bin), IN's ONNX metadata in its rt_info (`openvino_session.set_metadata`); float
+    weights stay float32 (OpenVINO's default would store them as float16)."""
+    ov = openvino_session._openvino()
+    openvino_session.set_metadata(model, metadata)
+    ov.save_model(model, str(path), compress_to_fp16=False)
+
+
+def _fake_quantize(x: np.ndarray, node) -> np.ndarray:
+    """OpenVINO's FakeQuantize of `x` with `node`'s constant ranges (its opset spec)."""
+    low, high, out_low, out_high = (_per_channel(node.input_value(i).get_node().get_data(), x) for i in range(1, 5))
+    levels = node.get_attributes()["levels"]
+    q = np.round((np.clip(x, low, high) - low) / (high - low) * (levels - 1))
+    return (q / (levels - 1) * (out_high - out_low) + out_low).astype(np.float32)
+
+
+def _per_channel(bound: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A FakeQuantize bound ([1, ..., 1] or [1, ..., C]) as a scalar or [C] array against `x` [tokens, C]."""
+    return bound.astype(np.float64).reshape(-1) if bound.size in (1, x.shape[-1]) else bound.astype(np.float64)
+
+
+def _value(output) -> np.ndarray:
+    """The value of a constant-only subgraph's output (a dequantized weight)."""
+    ov = openvino_session._openvino()
+    return next(iter(ov.Core().compile_model(ov.Model([output], [], "weight"), "CPU",
+                                             {"INFERENCE_PRECISION_HINT": "f32"})({}).values()))
+
+
+def sensitivity(fp32, quantized, feed: dict[str, np.ndarray], threads: int, group: int = 16) -> list[dict]:
+    """[{node, min_token_cosine}] of every quantized MatMul alone, most sensitive first: its fp32 input at `feed`
+    (from one run of `fp32` with the MatMuls' inputs as extra outputs, `group` MatMuls at a time), through its
+    FakeQuantize and int8 weight as `quantized` holds them, emulated in numpy, against the fp32 MatMul."""
+    ov = openvino_session._openvino()
+    q_nodes = {n.get_friendly_name(): n for n in quantized.get_ordered_ops()}
+    names = quantized_matmuls(quantized)
+    records = []
+    for start in range(0, len(names), group):
+        model = fp32.clone()
+        nodes = {n.get_friendly_name(): n for n in model.get_ordered_ops()}
+        chunk = names[start:start + group]
+        taps = [f"ov-int8.tap.{i}" for i in range(len(chunk))]
+        for name, tap in zip(chunk, taps):
+            nodes[name].input_value(0).get_tensor().add_names({tap})
+            model.add_outputs(tap)
+        config = {"INFERENCE_PRECISION_HINT": "f32", **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
+        compiled = ov.Core().compile_model(model, "CPU", config)
+        results = compiled(feed)
+        for name, tap in zip(chunk, taps):
+            x = results[compiled.output(tap)]
+            node, q_node = nodes[name], q_nodes[name]
+            flags = node.get_attributes()
+            if flags.get("transpose_a"):
+                raise NotImplementedError(f"{name}: MatMul with transpose_a")
+            weight, q_weight = _value(node.input_value(1)), _value(q_node.input_value(1))
+            if flags.get("transpose_b"):
+                weight, q_weight = weight.T, q_weight.T
+            x = np.asarray(x, dtype=np.float32).reshape(-1, weight.shape[0])
+            got = _fake_quantize(x, q_node.input_value(0).get_node()) @ q_weight.reshape(weight.shape)
+            records.append({"node": name, "min_token_cosine": metrics.min_token_cosine(got, x @ weight)})
+    return sorted(records, key=lambda r: r["min_token_cosine"])
+
+
+def fewest(trial: Callable[[int], float], count: int, target: float) -> int | None:
+    """The smallest k in [1, count] with trial(k) >= target, trial(k) assumed to grow with k (k = 1, 2, 4, ...,
+    then bisected); None when even `count` misses it."""
+    low, k = 0, 1
+    while trial(min(k, count)) < target:
+        if k >= count:
+            return None
+        low, k = k, 2 * k
+    high = min(k, count)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if trial(mid) >= target:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+@dataclass
+class Checked:
+    """A quantized model saved in the work folder and its check: the IR, the cases and their worst numbers."""
+
+    path: Path
+    cases: list[dict]
+    worst: dict
+
+
+class Work:
+    """The fp32 model and its quantizer, the layouts and the reference: quantize with some MatMuls float, save,
+    check in OpenVINO (`check`), rank (`rank`)."""
+
+    def __init__(self, name: str, quantize: Quantizer, layouts: list[dict], inputs: list[dict], reference: list,
+                 folder: Path, metadata: dict[str, str], precision: str, threads: int):
+        self.name, self.quantize, self.layouts, self.inputs, self.reference = name, quantize, layouts, inputs, reference
+        self.folder, self.metadata, self.precision, self.threads = folder, metadata, precision, threads
+        self.trials: dict[int, Checked] = {}
+        self.last = None
+
+    def check(self, float_names: list[str], key: int | None = None) -> Checked:
+        """Quantize with `float_names` kept float, save as an IR, run it at every layout against the reference."""
+        model = self.quantize(float_names)
+        self.last = model
+        path = self.folder / f"{self.name}-{len(self.trials)}.xml"
+        save(model, path, self.metadata)
+        session = openvino_session.OpenVINOSession(path, self.threads or None, self.precision)
+        cases = metrics.check(session, self.layouts, self.inputs, self.reference, tolerance=None)
+        checked = Checked(path, cases, metrics.worst(cases))
+        if key is not None:
+            self.trials[key] = checked
+        return checked
+
+    def worst_layout(self, checked: Checked) -> int:
+        return min(range(len(checked.cases)), key=lambda i: metrics.worst([checked.cases[i]])["min_token_cosine"])
+
+    def rank(self, checked: Checked, skip: list[str]) -> list[dict]:
+        """`sensitivity` at the layout where `checked` is worst, without the names in `skip`."""
+        ranked = sensitivity(self.quantize.fp32, self.last, self.inputs[self.worst_layout(checked)], self.threads)
+        return [r for r in ranked if r["node"] not in skip]
+
+
+def search(work: Work, base: list[str], target: float, timings: dict, what: str) -> tuple[list[str], Checked, dict]:
+    """(MatMuls to keep float beyond `base`, the checked model, the search's record) for `target` on `work`."""
+    with step(f"{what}: quantize and check at {len(work.layouts)} layout(s)", timings):
+        first = work.check(base, 0)
+    cosine = first.worst["min_token_cosine"]
+    record = {"target_min_token_cosine": target, "quantized_whole": cosine, "trials": [], "ranking": []}
+    if cosine >= target:
+        return [], first, record
+    with step(f"{what}: sensitivity of each quantized MatMul alone", timings):
+        ranking = work.rank(first, base)
+    names = [r["node"] for r in ranking]
+    record["ranking"] = ranking
+
+    def trial(k: int) -> float:
+        if k not in work.trials:
+            with step(f"{what}: {k} MatMul(s) float", timings, f"{what}: trial {k}"):
+                work.check(base + names[:k], k)
+            say(f"  {what}: {k} MatMul(s) float -> min per-token cosine "
+                f"{work.trials[k].worst['min_token_cosine']:.5f}")
+            record["trials"].append({"float": k, "min_token_cosine": work.trials[k].worst["min_token_cosine"]})
+            if work.trials[k].worst["min_token_cosine"] < target:  # never the result: its files go now
+                for f in (work.trials[k].path, work.trials[k].path.with_suffix(".bin")):
+                    f.unlink()
+        return work.trials[k].worst["min_token_cosine"]
+
+    k = fewest(trial, len(names), target)
+    if k is None:
+        raise UsageError(f"the {STAGE} model misses min per-token cosine {target} ({what}) even with all "
+                         f"{len(names)} quantized MatMul(s) float; nothing written (a lower floor, or the int8 stage)")
+    return names[:k], work.trials[k], record
+
+
+def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Options(), force: bool = False) -> dict:
+    """`python -m quantize ov-int8`: IN -> OUT/model.xml + model.bin + report.json; returns the report."""
+    _nncf()
+    check_folder_output(out, STAGE, [path], force)
+    timings: dict[str, float] = {}
+    out = Path(out)
+    threads = options.threads
+    precision = options.precision or _default_precision()
+    with step("load the input and run it at the validation layouts (ONNX Runtime fp32)", timings):
+        source = stage.read_input(path, threads)
+    source.model = None  # OpenVINO reads the file
+    feeds, about = calibration.stage_set(source.path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".ov-int8-work-", dir=out.parent) as tmp:
+        work_dir = Path(tmp)
+        with step("read IN in OpenVINO", timings):
+            fp32 = read_fp32(source.path, work_dir)
+        weighted, attention = matmuls(fp32)
+        skip = weight_stage.excluded([(n, n) for n in weighted], list(options.exclude))
+        if weighted and len(skip) == len(weighted):
+            raise UsageError(f"--exclude {' '.join(options.exclude)} matches all {len(weighted)} MatMul(s): nothing "
+                             "would be quantized; narrow the pattern")
+        if not weighted:
+            raise UsageError(f"{source.path} has no MatMul with a constant weight in OpenVINO's reading: nothing to "
+                             "quantize")
+        quantize = Quantizer(fp32, feeds(), options, attention)
+        stress, stress_skip = None, []
+        if options.outliers != "off":
+            stress, stress_skip = _stress(source, quantize, skip, options, work_dir, precision, timings)
+        real = Work("model", quantize, source.layouts, source.inputs, source.reference, work_dir, source.metadata,
+                    precision, threads)
+        floor_skip, final, floor = search(real, skip + stress_skip, options.min_cosine, timings, "floor")
+        with staged_folder(out, STAGE, [path], force, keep_log=True) as staged:
+            model_file = staged / MODEL_FILE
+            for suffix in (".xml", ".bin"):
+                final.path.with_suffix(suffix).rename(model_file.with_suffix(suffix))
+            model = openvino_session._openvino().Core().read_model(str(model_file))
+            quantized = quantized_matmuls(model)
+            # int8 weights under float activations: NNCF puts no activation quantizer after the attention Loop's
+            # output Gather (the attention output projection)
+            weight_only = [n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == "MatMul"
+                           and n.get_friendly_name() not in quantized and _int8_weight(n.input_value(1))]
+            reason = {**{n: WHY_EXCLUDE for n in skip}, **{n: WHY_STRESS for n in stress_skip},
+                      **{n: WHY_FLOOR for n in floor_skip}}
+            files, input_files = onnx_io.file_sizes(model_file), onnx_io.file_sizes(source.path)
+            report = {
+                **stage.report_header(STAGE, source),
+                "format": "OpenVINO IR (model.xml + model.bin)",
+                "config": {**asdict(options), "exclude": list(options.exclude), **quantize.settings()},
+                "calibration": {**about, "items": len(quantize.feeds)},
+                "quantized_nodes": len(quantized),
+                "weight_only_int8": weight_only,
+                "float_weight_nodes": [{"node": n, "reason": reason.get(n, "left by NNCF")}
+                                       for n in weighted if n not in quantized and n not in weight_only]
+                + [{"node": n.get_friendly_name(), "reason": WHY_CONV} for n in model.get_ordered_ops()
+                   if n.get_type_name() == "Convolution"],
+                "attention": {"matmuls_of_two_activations": attention, "quantized": sorted(set(attention) & set(quantized)),
+                              **loop_bodies(model)},
+                "op_counts": _op_counts(model),
+                "validation": {"reference": "fp32 input model in ONNX Runtime", "engine": f"openvino {precision}",
+                               "machine": cpu.facts(), **final.worst, "cases": final.cases},
+                "floor": floor,
+                "outlier_stress": stress,
+                "files": files,
+                "input_files": input_files,
+                "size_ratio": sum(files.values()) / sum(input_files.values()),
+                **stage.report_footer(timings),
+            }
+            reports.write(staged, report)
+    stress_line = (f"; outlier stress: min per-token cosine {stress['validation']['min_token_cosine']:.5f} "
+                   f"({len(stress_skip)} MatMul(s) kept float for it)" if stress else "")
+    say(f"wrote {out}/{MODEL_FILE}: {len(quantized)} INT8 MatMul(s), {len(weight_only)} with int8 weights only, "
+        f"{len(weighted) - len(quantized) - len(weight_only)} float, "
+        f"{sum(files.values()) / 2**20:.1f} MiB ({100 * report['size_ratio']:.1f}% of fp32); vs fp32 in OpenVINO "
+        f"{precision}: min per-token cosine {final.worst['min_token_cosine']:.5f}{stress_line}")
+    return report
+
+
+def _default_precision() -> str:
+    from core.engine import default_precision
+
+    return default_precision()
+
+
+def _op_counts(model) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in model.get_ordered_ops():
+        counts[node.get_type_name()] = counts.get(node.get_type_name(), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _stress(source: stage.StageInput, quantize: Quantizer, skip: list[str], options: OvInt8Options, work_dir: Path,
+            precision: str, timings: dict) -> tuple[dict, list[str]]:
+    """The outlier-stress gate (module docstring, 3): its report section and the MatMuls it keeps float."""
+    gate = outlier_check.gate_indices(source.layouts, source.inputs)
+    stressed = outlier_check.prepare(source.path, work_dir / "stressed.onnx", source.layouts, source.inputs,
+                                     options.threads, timings)
+    stressed_quantize = Quantizer(read_fp32(stressed.path, _subfolder(work_dir, "stressed-ir")), quantize.feeds,
+                                  options, quantize.always_float)
+    work = Work("stressed", stressed_quantize, [source.layouts[i] for i in gate], [source.inputs[i] for i in gate],
+                stressed.reference, work_dir, source.metadata, precision, options.threads)
+    if options.outliers == "exclude":
+        excluded, checked, record = search(work, skip, options.stress_target, timings, "outlier stress")
+    else:
+        with step("outlier stress: quantize and check at the gate layouts", timings):
+            excluded, checked, record = [], work.check(skip), {}
+    for f in work_dir.glob("stressed-*.*"):
+        f.unlink()
+    return {
+        "how": ("residual-stream channels written once, by the patch embedding and the bias terms, and carried by "
+                "the stream (quantize/outliers.py, writers 'embedding'), as massive activations appear in trained "
+                "ViTs; the stressed model quantized the same way (its own calibration statistics), compared in "
+                "OpenVINO with its own fp32 outputs (ONNX Runtime)"),
+        "copy": outlier_check.GATE_WRITERS, "channels": stressed.record["channels"],
+        "factors": stressed.record["factors"], "mode": options.outliers,
+        "target_min_token_cosine": options.stress_target, "gate_cases": [source.layouts[i]["case"] for i in gate],
+        "search": record, "excluded": excluded,
+        "validation": {"reference": "outlier-stress fp32 model in ONNX Runtime", **checked.worst,
+                       "cases": checked.cases},
+        "met": checked.worst["min_token_cosine"] >= options.stress_target,
+    }, excluded
+
+
+def _subfolder(parent: Path, name: str) -> Path:
+    folder = parent / name
+    folder.mkdir()
+    return folder
