@@ -216,7 +216,9 @@ def check(path: str | Path, home: str | Path | None = None, variants: list[str] 
     home = webgpu_home(home)
     with unpack.opened(path) as folder:
         manifest = json.loads((folder / "manifest.json").read_text())
-        chosen = [v for v in manifest["variants"] if not variants or v["name"] in variants]
+        # an OpenVINO IR variant (ov-int8, openvino/*.xml) is not an ONNX file: ONNX Runtime cannot run it
+        chosen = [v for v in manifest["variants"] if (not variants or v["name"] in variants)
+                  and not v["file"].endswith(".xml")]
         unknown = sorted(set(variants or []) - {v["name"] for v in manifest["variants"]})
         if unknown:
             raise UsageError(f"--variant {', '.join(unknown)}: the package has "
