@@ -137,12 +137,14 @@ def check_dims(shapes: dict[str, list[int]], depth: tuple[str, int], widths: dic
     make the export build more than its weights hold): `depth` (key, value) may not exceed the blocks named
     `STACK.N.` in the header (fewer: the weights left over are reported after loading); each of `widths`
     {key: value} must be a dimension of some weight. UsageError naming the key, the config and the weights."""
+    if not shapes:  # no weight of the tower at all: loading says so, naming the prefixes
+        return
     pattern = re.compile(rf"(?:^|\.){re.escape(stack)}\.(\d+)\.")
     blocks = {int(m.group(1)) for name in shapes if (m := pattern.search(name))}
     key, value = depth
     if value > len(blocks):
-        raise UsageError(f"checkpoint {config_path}: {key} is {value}, but its weights hold {len(blocks)} "
-                         f"{stack} blocks; config.json and weights disagree")
+        raise UsageError(f"checkpoint {config_path}: {key} is {value}, but its weights hold {len(blocks)} layers "
+                         f"({stack}.N); config.json and weights disagree")
     dims = {d for shape in shapes.values() for d in shape}
     for key, value in widths.items():
         if value not in dims:

@@ -113,7 +113,8 @@ def model(dims: str, tok: Qwen2Tokenizer, seed: int, family: str = "qwen3-vl"):
 
 
 def write(out: str | Path, dims: str = "tiny", seed: int = 0, force: bool = False, family: str = "qwen3-vl") -> Path:
-    """Write the checkpoint folder `out` (config.json, model.safetensors, tokenizer, preprocessor_config.json)."""
+    """Write the checkpoint folder `out` (config.json, model.safetensors, tokenizer, preprocessor_config.json, and
+    report.json listing them)."""
     if family != "qwen3-vl" and dims != "tiny":
         raise UsageError(f"--family {family} makes tiny checkpoints only (--dims tiny)")
     tok = tokenizer()
@@ -126,6 +127,9 @@ def write(out: str | Path, dims: str = "tiny", seed: int = 0, force: bool = Fals
                                temporal_patch_size=vision.temporal_patch_size, merge_size=vision.spatial_merge_size)
         name = type(vlm).__name__
         del vlm
+        # the stage's report: a rerun (or --force) replaces only the files it lists (core.staging)
+        (tmp / "report.json").write_text(json.dumps({"stage": STAGE, "dims": dims, "seed": seed, "family": family},
+                                                    indent=2) + "\n")
     say(f"wrote {out}/: random {name} ({dims} dims, seed {seed}) with its tokenizer")
     return Path(out)
 

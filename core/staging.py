@@ -139,11 +139,11 @@ def _check_replaceable(out: Path, given: Path, stage: str, force, listed) -> Non
         fix = "--force to replace it" if previous else "--clobber to delete what it holds and replace it"
         raise UsageError(f"OUT {given} exists and is {what}; refusing to replace it: give a new folder, or {fix}")
     names = (listed or report_files)(out)
-    extra = [f for f in held_files(out) if names is None or f not in names]
     if names is None:
         raise UsageError(f"OUT {given} does not list the files this tool wrote there (not an output of this tool, or "
                          "one written by an older version); refusing to replace it: give a new folder, or "
                          "--clobber to delete what it holds and replace it")
+    extra = [f for f in held_files(out) if f not in names]
     if extra:
         more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
         raise UsageError(f"OUT {given} holds {extra[0]}{more}, which this tool did not write; refusing to replace "
@@ -249,9 +249,14 @@ def _list_in_report(folder: Path, names: list[str]) -> None:
         report.write_text(json.dumps(data, indent=2, default=str) + "\n")
 
 
+def temp_prefix(name: str, kind: str = "tmp") -> str:
+    """The name start of a temp folder or file of this process for OUT named `name`: `.NAME.KIND-PID-`."""
+    return f".{name}.{kind}-{os.getpid()}-"
+
+
 def temp_folder(out: Path, kind: str = "tmp") -> Path:
     """A new private folder beside `out`, `.OUT.KIND-PID-xxxx`: the PID says whether its run is still alive."""
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.{kind}-{os.getpid()}-", dir=out.parent))
+    return Path(tempfile.mkdtemp(prefix=temp_prefix(out.name, kind), dir=out.parent))
 
 
 def _alive(pid: int) -> bool:
@@ -264,23 +269,33 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale(out: Path) -> list[Path]:
-    """Remove the temp folders beside `out` (`temp_folder`'s names) whose process no longer runs; returns them.
-
-    A folder of a live process (another run writing the same OUT) is kept, and so is any name this tool does not
-    make. PIDs are reused, so a stale folder may outlive a while; never the reverse."""
-    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:tmp|old|rejected)-(\d+)-\w+")
+def remove_dead(folder: Path, start: str) -> list[Path]:
+    """Remove the temp folders and files in `folder` named `START` + `PID-xxxx` (`start` a regular expression)
+    whose process no longer runs; returns them. A live process's (another run writing the same OUT) are kept, and
+    so is any name this tool does not make. PIDs are reused, so a stale one may outlive a while; never the
+    reverse."""
+    pattern = re.compile(rf"{start}(\d+)-\w+")
     removed = []
     try:
-        siblings = list(out.parent.iterdir())
+        entries = list(folder.iterdir())
     except OSError:
         return removed
-    for path in siblings:
+    for path in entries:
         match = pattern.fullmatch(path.name)
-        if match and path.is_dir() and not path.is_symlink() and not _alive(int(match.group(1))):
+        if not match or path.is_symlink() or _alive(int(match.group(1))):
+            continue
+        if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        removed.append(path)
     return removed
+
+
+def remove_stale(out: Path) -> list[Path]:
+    """Remove the temp folders and files beside `out` (`temp_prefix`'s names) of runs that were killed."""
+    return remove_dead(out.parent, rf"\.{re.escape(out.name)}\.(?:tmp|old|rejected)-")
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from core.errors import UsageError
+from core.staging import remove_stale, temp_prefix
 
 COMPRESS_LEVEL = 6
 
@@ -53,7 +54,8 @@ def write(folder: str | Path, out: str | Path, top: str | None = None) -> Path:
     folder, out = Path(folder), Path(out)
     top = top or folder.name
     mtime = fixed_mtime()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    remove_stale(out)  # the temp file of a killed run
+    fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(out.name), dir=out.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as raw, \

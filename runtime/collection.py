@@ -42,7 +42,7 @@ from core.errors import UsageError
 from core.progress import say
 from families import family
 from families.base import Pack
-from runtime import collection_io, embed, images, unpack
+from runtime import collection_io, embed, images, path_choice, unpack
 from runtime.progress_bar import Bar
 from runtime.verify import sha256
 
@@ -199,7 +199,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("input", metavar="INPUT", help="a folder (recursive), a glob, or a .parquet/.csv list with "
                                                        "a `path` column (a folder row is one video of its frames)")
     parser.add_argument("out", type=Path, metavar="OUT", help="Parquet dataset folder (new, or an earlier OUT to resume)")
-    parser.add_argument("--variant", default="fp32", help="fp32 (default) or a quantized variant: q4, int8, ...")
+    path_choice.add_arguments(parser)
     parser.add_argument("--scheduler", choices=SCHEDULERS, help="ray (default when ray is installed) or local")
     engines.add_arguments(parser, SCHEDULERS, "; ray and local are taken as --scheduler (their flag before "
                                               "2026-11-26)")
@@ -275,9 +275,15 @@ def run(args) -> int:
     out = Path(os.path.abspath(args.out))
     with unpack.opened(args.package) as folder:
         manifest = embed.read_manifest(folder)
+        earlier = collection_io.earlier_meta(out)
+        # a resumed collection keeps its variant unless one is given (the choice may differ on another machine)
+        variant = args.variant or (earlier.get("variant") if isinstance(earlier.get("variant"), str) else None)
+        choice = path_choice.choose(manifest, args.engine, variant, args.precision)
+        say(choice.line(), TAG)
         # an unpacked tarball's files are new each run: nothing to spare
-        cached = None if unpack.is_tarball(Path(args.package)) else collection_io.earlier_meta(out).get("checksum_files")
-        meta = package_meta(folder, manifest, args.variant, args.deepstack, cached if isinstance(cached, dict) else None)
+        cached = None if unpack.is_tarball(Path(args.package)) else earlier.get("checksum_files")
+        meta = package_meta(folder, manifest, choice.variant, args.deepstack,
+                            cached if isinstance(cached, dict) else None)
         processing = family(manifest["family"]).processing
         processing.load_processor(folder)
         budget = images.pixel_budget(processing.max_pixels(folder), args.max_image_pixels)
@@ -288,9 +294,9 @@ def run(args) -> int:
             say(f"OUT already holds {len(done):,} entries; {len(todo):,} to go", TAG)
         if not todo:
             return summary(args.out, len(done), old_errors)
-        settings = {"folder": str(folder), "variant": args.variant, "max_tokens": args.max_tokens,
+        settings = {"folder": str(folder), "variant": choice.variant, "max_tokens": args.max_tokens,
                     "columns": meta["columns"], "checksum": meta["checksum"], "threads": args.threads,
-                    "engine": engines.from_args(args), "max_pixels": budget}
+                    "engine": choice.engine, "max_pixels": budget}
         work, write = chunks(todo, args.batch), Writer(out, meta, len(todo))
         try:
             if scheduler == "local":

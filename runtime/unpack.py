@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -21,11 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from core.errors import UsageError
+from core.staging import remove_dead
 
 MANIFEST, SUMS, CARD = "manifest.json", "SHA256SUMS", "README.md"
 #: The files describing a package (not in its manifest's `files`), and the most bytes each may hold.
 DESCRIPTIONS = (MANIFEST, CARD, SUMS)
 DESCRIPTION_LIMIT = 64 * 2**20
+#: The name start of a tarball's temporary folder (+ PID-xxxx: one of a killed run is removed by the next).
+UNPACKED = "vision-onnx-package-"
 
 
 class ArchiveError(UsageError):
@@ -182,7 +187,8 @@ def opened(path: str | Path) -> Iterator[Path]:
         raise UsageError(f"package {path} does not exist (give dist/NAME or dist/NAME.tar.gz)")
     if not is_tarball(path):
         raise UsageError(f"package {path} is a file but not a .tar.gz (give dist/NAME or dist/NAME.tar.gz)")
-    tmp = Path(tempfile.mkdtemp(prefix="vision-onnx-package-"))
+    remove_dead(Path(tempfile.gettempdir()), re.escape(UNPACKED))  # packages unpacked by killed runs
+    tmp = Path(tempfile.mkdtemp(prefix=f"{UNPACKED}{os.getpid()}-"))
     try:
         yield unpack(path, tmp)
     finally:

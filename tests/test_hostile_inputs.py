@@ -207,13 +207,19 @@ def test_2_result_files_it_did_not_write_are_kept(stages, qwen_dist, photo, caps
         assert "not written by this tool" in error and "--clobber" in error
 
 
+def _dead_pid() -> int:
+    """The PID of a process that has ended."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(done.stdout)
+
+
 def test_2_stale_temp_folders_of_a_killed_run_are_removed(tmp_path):
     """Case 2 (and 5): a stage killed mid-write (SIGKILL: no cleanup ran) left `.OUT.tmp-PID-xxxx` for ever; the next
     run of that stage removes it, and keeps the temp folder of a run still alive."""
     from core.staging import staged_folder
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    stale = tmp_path / f".out.tmp-{int(dead.stdout)}-abcd1234"
+    stale = tmp_path / f".out.tmp-{_dead_pid()}-abcd1234"
     live = tmp_path / f".out.tmp-{os.getpid()}-efgh5678"
     for folder in (stale, live):
         folder.mkdir()
@@ -222,6 +228,19 @@ def test_2_stale_temp_folders_of_a_killed_run_are_removed(tmp_path):
         (tmp / "report.json").write_text(json.dumps({"stage": "demo"}))
     assert not stale.exists() and live.exists()
     assert json.loads((tmp_path / "out" / "report.json").read_text())["files"] == []
+
+
+def test_2_a_tarball_unpacked_by_a_killed_run_is_removed(qwen_dist, tmp_path, monkeypatch):  # noqa: F811
+    """The same for the temporary folder a package tarball is unpacked into (the whole package, in TMPDIR)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / f"{unpack.UNPACKED}{_dead_pid()}-abcd1234"
+    stale.mkdir()
+    (stale / "model.onnx").write_bytes(b"a package of a killed run")
+    with unpack.opened(qwen_dist / f"{QWEN}.tar.gz") as folder:
+        assert (folder / "manifest.json").is_file()
+    assert not stale.exists() and list(tmp_path.iterdir()) == []
 
 
 # --- 3. two models never mix in one dataset -----------------------------------------------------------------------
@@ -331,7 +350,7 @@ TINY_VISION = {"depth": 2, "hidden_size": 64, "num_heads": 4, "intermediate_size
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"depth": 3000}, "vision_config.depth is 3000, but its weights hold 2 blocks"),
+    ({"depth": 3000}, "vision_config.depth is 3000, but its weights hold 2 layers (blocks.N)"),
     ({"hidden_size": 4096, "num_heads": 4}, "vision_config.hidden_size is 4096, but no weight has a dimension"),
 ])
 def test_4_config_depth_and_widths_are_checked_against_the_weights(stages, capsys, change, words):
