@@ -216,6 +216,8 @@ def check(path: str | Path, home: str | Path | None = None, variants: list[str] 
     home = webgpu_home(home)
     with unpack.opened(path) as folder:
         manifest = json.loads((folder / "manifest.json").read_text())
+        for v in manifest["variants"]:  # every file a manifest names stays inside the package
+            unpack.inside(folder, v.get("file"), f"manifest.json's variant {v.get('name')!r}")
         # an OpenVINO IR variant (ov-int8, openvino/*.xml) is not an ONNX file: ONNX Runtime cannot run it
         chosen = [v for v in manifest["variants"] if (not variants or v["name"] in variants)
                   and not v["file"].endswith(".xml")]
