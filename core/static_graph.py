@@ -18,6 +18,8 @@ DYNAMIC_OPS = frozenset({
     "SequenceMap", "ConcatFromSequence", "SplitToSequence", "StringSplit", "RegexFullMatch",
 })
 
+QDQ = ("QuantizeLinear", "DequantizeLinear")
+
 
 def _dims_problem(name: str, value_type: onnx.TypeProto) -> str | None:
     if not value_type.HasField("tensor_type"):
@@ -33,6 +35,24 @@ def _dims_problem(name: str, value_type: onnx.TypeProto) -> str | None:
     return None
 
 
+def _standard_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
+    """For shape inference only: a copy whose com.microsoft QuantizeLinear / DequantizeLinear (what ONNX Runtime's
+    quantizer writes for 16-bit types below opset 21; ONNX has no shape inference for them) are the standard ops at
+    opset 21, which take 16-bit types. Ops from opset 18 to 21 differ in the types they take, not in their shapes."""
+    contrib = [n for n in model.graph.node if n.domain == "com.microsoft" and n.op_type in QDQ]
+    if not contrib:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in copy.graph.node:
+        if node.domain == "com.microsoft" and node.op_type in QDQ:
+            node.domain = ""
+    for entry in copy.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            entry.version = max(entry.version, 21)
+    return copy
+
+
 def problems(model: onnx.ModelProto, limit: int = 20) -> list[str]:
     """What keeps `model` from being static (at most `limit` lines; [] when it is static).
 
@@ -43,7 +63,7 @@ def problems(model: onnx.ModelProto, limit: int = 20) -> list[str]:
                                               for a in node.attribute):
             found.append(f"node {node.name or '(unnamed)'} is {node.op_type}: a control-flow or data-dependent op")
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(_standard_qdq(model), strict_mode=True, data_prop=True)
     except Exception as err:  # noqa: BLE001 -- an op shape inference cannot take is a finding, not a crash
         return (found + [f"ONNX shape inference failed: {str(err).splitlines()[0]}"])[:limit]
     graph = inferred.graph

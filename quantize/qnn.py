@@ -29,6 +29,7 @@ from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from families.qwen_vl import static_inputs
 from quantize import calibration, stage
+from quantize.passes import decompose_layer_norm
 from runtime import npu
 
 STAGE = "qnn"
@@ -54,6 +55,7 @@ def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work:
     model = onnx.load(str(src))
     metadata = {p.key: p.value for p in model.metadata_props}
     del model.metadata_props[:]
+    decompose_layer_norm.apply(model)  # the HTP refuses quantized LayerNormalization (the pass says how)
     plain, prepared = work / "plain.onnx", work / "prepared.onnx"
     onnx_io.save_proto(model, plain)
     del model
@@ -81,13 +83,14 @@ def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False
     if not 0 <= min_cosine <= 1:
         raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
     check_folder_output(out, STAGE, [path], force)
+    model_path = onnx_io.model_path(path)
+    if "static_grid_thw" not in onnx_io.metadata(model_path):  # before any work
+        raise UsageError(f"{model_path} is not a static export: the QNN EP compiles static graphs only; export one "
+                         "with python -m builders.vision --static WIDTHxHEIGHT")
     timings: dict[str, float] = {}
     out = Path(out)
     with step("load the input and run it at the validation layouts", timings):
         source = stage.read_input(path, threads)
-    if "static_grid_thw" not in source.metadata:
-        raise UsageError(f"{source.path} is not a static export: the QNN EP compiles static graphs only; export one "
-                         "with python -m builders.vision --static WIDTHxHEIGHT")
     with step(f"photos at {source.metadata['static_size']}: {len(CALIBRATION)} for calibration, "
               f"{len(npu.PHOTOS)} to check", timings):
         calibration_feeds = photo_feeds(CALIBRATION, source.metadata)

@@ -151,17 +151,28 @@ def session_options(htp: Htp, precision: str, context: Path | None = None, verbo
     return options
 
 
-_REFUSED = re.compile(r"Validation FAILED[^\n]*\n\s*Operator type: (\S+) Node name: (\S+)[^\n]*\n\s*REASON : ([^\n]*)")
+#: A node unit the EP's verbose log says it refused: the unit's op, its nodes ("Operator type: T Node name: N"), why.
+_REFUSED = re.compile(r"Validation FAILED for \d+ nodes in OrtNodeUnit \((\S+)\) :\n((?:\s*Operator type:[^\n]*\n)+)"
+                      r"\s*REASON : ([^\n]*)")
+_NODE = re.compile(r"Operator type: (\S+) Node name: (\S+)")
+_BACKEND = r"backendValidateOpConfig\(\) failed for node `{}` of type `(\S+)` with error code (\d+)"
 
 
 def refusal(log: str, error: BaseException, model_file: Path) -> str:
-    """One line: the first node the EP refused and why (its verbose log), the EP's error, what is not static."""
+    """One line: the first node the EP refused and why (its verbose log: the unit's main node, the reason, QNN's
+    validation error code when it gave one), the EP's error otherwise, and what keeps the graph from being static."""
     found = _REFUSED.search(log)
-    unsupported = re.search(r"Unsupported nodes in QNN EP: (.*)", log)
-    count = unsupported.group(1).count("{ name:") if unsupported else 0
-    head = (f"the QNN EP refused node {found.group(2)} ({found.group(1)}): {found.group(3).strip()}"
-            + (f", and {count - 1} more node(s)" if count > 1 else "") if found
-            else f"the QNN EP failed: {one_line(str(error))[:300]}")
+    if found:
+        op, nodes, reason = found.group(1), _NODE.findall(found.group(2)), found.group(3).strip()
+        name = next((n for t, n in nodes if t == op), nodes[0][1])
+        backend = re.search(_BACKEND.format(re.escape(name)), log)
+        if backend:
+            reason += f" (QNN {backend.group(1)} validation error {backend.group(2)})"
+        units = len({_NODE.findall(f.group(2))[0] for f in _REFUSED.finditer(log)})  # the log repeats units
+        head = (f"the QNN EP refused node {name} ({op}): {reason}"
+                + (f", and {units - 1} more node group(s)" if units > 1 else ""))
+    else:
+        head = f"the QNN EP failed: {one_line(str(error))[:300]}"
     why = static_graph.problems(onnx_io.read_proto(model_file), limit=1)
     return (f"{model_file}: {head}; CPU fallback is disabled, so nothing runs"
             + (f"; the graph is not static ({why[0]}): export it with --static WIDTHxHEIGHT" if why else ""))

@@ -1,0 +1,82 @@
+"""Static exports on Qualcomm's HTP (the QNN EP's simulator on x86): `quantize qnn`, `quantize fp16` and
+`runtime npu-check` on conftest's `tiny_static` models, and the dynamic export refused (why static exists).
+
+Skips with the reason where onnxruntime-qnn cannot be installed or its HTP backend does not load.
+"""
+
+import json
+
+import onnx
+import pytest
+
+from runtime import npu
+from tests.conftest import single_error
+
+REASON = npu.unavailable()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"QNN EP HTP backend unavailable: {REASON}")
+
+
+@pytest.fixture(scope="module")
+def variants(tiny_static, tmp_path_factory) -> dict:
+    """{"qdq": Qwen3-VL 64x64 through quantize qnn, "fp16": Qwen2.5-VL 196x140 (windows cut at both edges) through
+    quantize fp16}. The QDQ model is the smallest: the simulator runs uint16 activations about 15x slower than fp16."""
+    from quantize import __main__ as quantize_cli
+
+    root = tmp_path_factory.mktemp("npu-variants")
+    qdq, fp16 = root / "qnn", root / "fp16"
+    assert quantize_cli.main(["qnn", str(tiny_static["qwen3-vl-tiny", "64x64"]), str(qdq), "--threads", "1"]) == 0
+    assert quantize_cli.main(["fp16", str(tiny_static["qwen2.5-vl-tiny", "196x140"]), str(fp16), "--threads", "1",
+                              "--outliers", "off"]) == 0
+    return {"qdq": qdq, "fp16": fp16}
+
+
+def npu_check(args, capsys) -> tuple[int, str, str]:
+    from runtime import __main__ as runtime_cli
+
+    code = runtime_cli.main(["npu-check", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_qnn_stage_is_a16w8_and_within_its_floor(variants):
+    report = json.loads((variants["qdq"] / "report.json").read_text())
+    assert report["config"]["activations"] == "QUInt16" and report["config"]["weights"] == "QInt8"
+    assert report["validation"]["photos"]["finite"]
+    assert report["min_token_cosine"] >= npu.FLOORS["qdq"]
+    assert not set(report["config"]["calibration_photos"]) & set(npu.PHOTOS)  # checked on photos it never saw
+    proto = onnx.load(str(variants["qdq"] / "model.onnx"))
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in proto.graph.node}
+
+
+@pytest.mark.parametrize("which", ["fp32", "fp16", "qdq"])
+def test_npu_check_every_node_on_the_htp(tiny_static, variants, tmp_path, capsys, which):
+    model = tiny_static["qwen3-vl-tiny", "96x64"] if which == "fp32" else variants[which]
+    report, context = tmp_path / "npu.json", tmp_path / "context"
+    code, out, err = npu_check([model, "--json", report, "--context-dir", context], capsys)
+    assert code == 0, err
+    assert "every node on the HTP" in out
+    (record,) = json.loads(report.read_text())["npu_check"]
+    assert record["ok"] and record["finite"]
+    assert record["precision"] == ("qdq" if which == "qdq" else "fp16")
+    assert record["min_token_cosine"] >= record["floor"] == npu.FLOORS[record["precision"]]
+    if which != "fp32":  # a variant is compared with the fp32 model it was made from
+        assert record["reference"] != record["file"]
+    assert (context / record["context"]["model"]).is_file()
+    assert all((context / name).stat().st_size > 0 for name in record["context"]["binaries"])
+    assert record["context"]["max_abs_vs_session"] <= 1e-3  # loaded back and run: the same outputs
+
+
+def test_npu_check_refuses_the_dynamic_export(tiny_exports, capsys):
+    code, _, err = npu_check([tiny_exports["torchscript"]], capsys)
+    assert code == 1
+    line = single_error(err)
+    assert "the QNN EP refused node" in line and "the graph is not static" in line and "--static" in line
+
+
+def test_qnn_stage_refuses_a_dynamic_export(tiny_exports, tmp_path, capsys):
+    from quantize import __main__ as quantize_cli
+
+    out = tmp_path / "qnn"
+    assert quantize_cli.main(["qnn", str(tiny_exports["torchscript"]), str(out)]) == 2
+    assert "not a static export" in single_error(capsys.readouterr().err)
+    assert not out.exists()
