@@ -7,6 +7,12 @@
   {"run": LABEL, "feeds": NPZ, "out": NPZ|null} -> {"ok": true, "seconds": wall time of one run}
       (the outputs are written to `out` when given)
   {"close": LABEL} -> {"ok": true}
+  {"profile": LABEL, "feeds": NPZ} -> {"ok": true, "ops": [{type, exec, precision, seconds}]}
+      (OpenVINO sessions only: one run with its profiler on, the time summed per layer type and kernel)
+  {"rss": true} -> {"ok": true, "peak_rss_mib": this process's peak resident memory}
+engine "torch" (bench.cpu_race: PyTorch eager as users run it) takes "file": a config name (configs/NAME.yaml),
+"seed": the export's weight seed, "precision": "f32"|"bf16", and runs transformers' tower with sdpa attention; it
+is the only engine that imports torch.
 An error answers {"ok": false, "error": one line}. `bench.runtimes` runs one worker per runtime install (ONNX
 Runtime of the venv, another version from a folder on PYTHONPATH) and interleaves runs across them, so that
 versions that cannot share a process are still timed in one run.
@@ -41,7 +47,67 @@ class _Reference:
         return self.evaluator.run(names, feeds)
 
 
+class _Torch:
+    """transformers' eager vision tower (sdpa attention) of a config at the export's seed, in f32 or bf16, behind
+    `run` / `get_outputs` (the export's output order: merged features, then the DeepStack features)."""
+
+    def __init__(self, config: str, seed: int, precision: str, threads: int | None):
+        import torch
+
+        from builders.config import load_config
+        from builders.qwen_vl.model import build_random
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch = torch
+        self.model = build_random(load_config(config), seed)
+        self.model.config._attn_implementation = "sdpa"
+        self.dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        self.model = self.model.to(self.dtype)
+        self._names: list[str] = []
+
+    def get_outputs(self):
+        """The outputs of the last run (`output_0`, ...: the tower's, in the export's order)."""
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name=n) for n in self._names]
+
+    def run(self, names, feeds):
+        torch = self.torch
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(feeds["pixel_values"]).to(self.dtype),
+                             grid_thw=torch.from_numpy(feeds["grid_thw"]), return_dict=True)
+        outputs = [t.float().numpy() for t in (out.pooler_output, *getattr(out, "deepstack_features", ()))]
+        self._names = [f"output_{i}" for i in range(len(outputs))]
+        return outputs
+
+
+def _profile(sess, feeds: dict) -> list[dict]:
+    """OpenVINO: a second inference with PERF_COUNT on a second compile of the same file; seconds per (layer type,
+    kernel, precision), largest first."""
+    import openvino
+
+    config = {"INFERENCE_PRECISION_HINT": sess.precision, "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": True}
+    if getattr(sess, "threads", None):
+        config["INFERENCE_NUM_THREADS"] = sess.threads
+    compiled = openvino.Core().compile_model(str(sess.path), "CPU", config)
+    request = compiled.create_infer_request()
+    for _ in range(2):  # the second run's profile: the first includes its first-run allocations
+        request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
+    totals: dict[tuple, float] = {}
+    for info in request.profiling_info:
+        key = (info.node_type, info.exec_type)
+        totals[key] = totals.get(key, 0.0) + info.real_time.total_seconds()
+    return [{"type": t, "exec": e, "seconds": round(s, 4)} for (t, e), s in
+            sorted(totals.items(), key=lambda item: -item[1]) if s > 0]
+
+
 def _open(command: dict):
+    if command["engine"] == "torch":
+        import torch
+
+        return _Torch(command["file"], command.get("seed", 0), command.get("precision") or "f32",
+                      command.get("threads")), torch.__version__
     if command["engine"] == "reference":
         import onnx
 
@@ -51,8 +117,9 @@ def _open(command: dict):
 
         from core.openvino_session import OpenVINOSession
 
-        return OpenVINOSession(command["file"], command.get("threads"), command.get("precision") or "f32"), \
-            openvino.__version__
+        sess = OpenVINOSession(command["file"], command.get("threads"), command.get("precision") or "f32")
+        sess.threads = command.get("threads")
+        return sess, openvino.__version__
     import onnxruntime
 
     from core import session
@@ -82,6 +149,13 @@ def main() -> int:
                     names = [o.name for o in sess.get_outputs()]
                     np.savez(command["out"], **dict(zip(names, outputs)))
                 answer = {"ok": True, "seconds": seconds}
+            elif "profile" in command:
+                with np.load(command["feeds"]) as data:
+                    answer = {"ok": True, "ops": _profile(sessions[command["profile"]], {k: data[k] for k in data.files})}
+            elif "rss" in command:
+                import resource
+
+                answer = {"ok": True, "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
             elif "close" in command:
                 sessions.pop(command["close"], None)
                 answer = {"ok": True}

@@ -91,7 +91,8 @@ def variant_groups(build: Path, baseline: Path | None, other: str | None) -> dic
     version). A group's variants are open at once and interleaved; every group holds the reference (ORT fp32), so its cosines
     and speed-ups are against the same outputs. Groups keep memory bounded: all 2B sessions at once do not fit
     in 24 GB (measured: the worker was killed at 21 GB)."""
-    files = {stage: onnx_io.model_path(build / stage) for stage in ("optimized", "int8", "int4")}
+    files = {stage: onnx_io.model_path(build / stage) for stage in ("optimized", "int8", "int4")
+             if (build / stage).is_dir() or stage == "optimized"}  # int8 / int4 only where the build has them
     names = {"optimized": "fp32", "int8": "INT8", "int4": "INT4"}
     ours = {f"ORT {names[s]}": {"worker": "base", "engine": "onnxruntime", "file": f} for s, f in files.items()}
     reference = {REFERENCE: ours[REFERENCE]}
@@ -99,7 +100,7 @@ def variant_groups(build: Path, baseline: Path | None, other: str | None) -> dic
     if other:
         runtimes.update({f"ORT {other} {names[s]}": {"worker": "other", "engine": "onnxruntime", "file": f}
                          for s, f in files.items()})
-    for stage in ("optimized", "int8"):
+    for stage in [s for s in ("optimized", "int8") if s in files]:
         for precision in ("f32", "bf16"):
             runtimes[f"OV {precision} {names[stage]} file"] = {"worker": "base", "engine": "openvino",
                                                                 "file": files[stage], "precision": precision}

@@ -19,6 +19,9 @@ from core import openvino_session, session
 from core.errors import UsageError
 
 ENGINES = ("onnxruntime", "openvino")
+#: `--engine auto` (the command line's default): the engine, variant and precision are chosen per package and CPU
+#: by `runtime.path_choice` before a session opens.
+AUTO = "auto"
 #: The accuracy a lower-precision computation of the fp32 file must keep: min per-token cosine against the fp32
 #: outputs, the INT8 variant's floor (the strictest any variant ships under).
 BF16_FLOOR = 0.998
@@ -36,8 +39,8 @@ class Engine:
     precision: str | None = None
 
     def __post_init__(self):
-        if self.name not in ENGINES:
-            raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, got {self.name!r}")
+        if self.name not in (*ENGINES, AUTO):
+            raise UsageError(f"--engine must be one of {', '.join((AUTO, *ENGINES))}, got {self.name!r}")
         if self.precision is not None and self.precision not in openvino_session.PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(openvino_session.PRECISIONS)}, "
                              f"got {self.precision!r}")
@@ -47,13 +50,15 @@ class Engine:
 
     def open(self, model: str | os.PathLike, threads: int | None = None):
         """A session of the model file (`threads`: intra-op, None = all cores)."""
+        if self.name == AUTO:
+            raise ValueError("--engine auto is resolved to an engine (runtime.path_choice) before a session opens")
         if self.name == "onnxruntime":
             return session.open_session(model, threads)
         return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision())
 
     def describe(self) -> str:
         """'onnxruntime' or 'openvino bf16' (the precision it resolves to)."""
-        if self.name == "onnxruntime":
+        if self.name in ("onnxruntime", AUTO):
             return self.name
         return f"{self.name} {self.precision or default_precision()}"
 
@@ -64,9 +69,10 @@ DEFAULT = Engine()
 
 def add_arguments(parser, also: tuple[str, ...] = (), also_help: str = "") -> None:
     """--engine and --precision (`also`: more --engine values the command takes, explained by `also_help`)."""
-    parser.add_argument("--engine", choices=(*ENGINES, *also), default="onnxruntime",
-                        help="the runtime that runs the package's file: onnxruntime (default) or openvino (the "
-                             "openvino extra)" + also_help)
+    parser.add_argument("--engine", choices=(AUTO, *ENGINES, *also), default=AUTO,
+                        help="the runtime that runs the package's file: auto (default: the fastest engine, variant "
+                             "and precision on this CPU that keeps a min per-token cosine of 0.998 against fp32, "
+                             "docs/runtimes.md), onnxruntime or openvino (the openvino extra)" + also_help)
     parser.add_argument("--precision", choices=openvino_session.PRECISIONS,
                         help="--engine openvino: f32, or bf16 (default: bf16 where the CPU has it, else f32)")
 

@@ -29,7 +29,7 @@ from core.report import read_json_object
 from core.staging import add_clobber_argument, check_result_file, is_marked_result, staged_file
 from families import family
 from families.base import Pack
-from runtime import images, unpack
+from runtime import images, path_choice, unpack
 
 TAG = "embed"
 MODEL_STEM = "onnx/vision_encoder"
@@ -121,10 +121,11 @@ def _earlier_result(path: Path) -> bool:
         return False
 
 
-def embed(image_args: list[str], video_args: list[str], package: Path, variant: str, out: Path,
+def embed(image_args: list[str], video_args: list[str], package: Path, variant: str | None, out: Path,
           threads: int | None = None, force=False, engine: Engine = engines.DEFAULT,
           max_image_pixels: int | None = None) -> dict[str, np.ndarray]:
-    """Preprocess, run (on `engine`) and write OUT.npz; returns what was written. `max_image_pixels`: the pixel
+    """Preprocess, run (on `engine`; `Engine("auto")`: the engine, and the variant when `variant` is None, chosen by
+    `runtime.path_choice`) and write OUT.npz; returns what was written. `max_image_pixels`: the pixel
     budget of one image or frame (default: `images.pixel_budget` of the package's processor)."""
     image_paths = images.expand(image_args)
     frame_paths = images.expand(video_args)
@@ -134,7 +135,13 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
     with unpack.opened(package) as folder:
         manifest = read_manifest(folder)
         family_name = manifest["family"]
+        choice = path_choice.choose(manifest, engine.name, variant, engine.precision)
+        engine, variant = choice.engine, choice.variant
         model = model_file(folder, manifest, variant)
+        if model.suffix == ".xml" and engine.name != "openvino":  # an OpenVINO IR (the ov-int8 variant)
+            raise UsageError(f"variant {variant!r} ({model.relative_to(folder)}) is an OpenVINO IR: run it with "
+                             "--engine openvino")
+        say(choice.line(), TAG)
         processing = family(family_name).processing
         budget = images.pixel_budget(processing.max_pixels(folder), max_image_pixels)
         with step(f"preprocess {len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video"
@@ -156,7 +163,7 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
 def add_arguments(parser) -> None:
     parser.add_argument("images", nargs="*", metavar="IMAGE", help="image files or folders of images")
     parser.add_argument("--package", type=Path, required=True, help="dist/NAME or dist/NAME.tar.gz")
-    parser.add_argument("--variant", default="fp32", help="fp32 (default) or a quantized variant: q4, int8, ...")
+    path_choice.add_arguments(parser)
     parser.add_argument("--video", nargs="+", default=[], metavar="FRAME",
                         help="one video: its frame files in order, or a folder of frames (Qwen3-VL)")
     parser.add_argument("--out", type=Path, required=True, help="FILE.npz")

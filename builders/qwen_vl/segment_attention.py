@@ -89,10 +89,13 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
     ends = op.CumSum(size, 0)  # [S] exclusive end row of each segment
     starts = op.Sub(ends, size)
     longest = op.ReduceMax(size, keepdims=0)  # scalar
+    # Q, the Loop's query rows per step (computed out here: ORT's symbolic shape inference, which its transformer
+    # optimizer runs, fails on a value_int Constant inside a subgraph)
+    q = op.Min(longest, op.Constant(value_int=chunk))
     # One size for every segment (one image, the frames of a video, full windows), within a step's rows and
     # filling the pack exactly: all segments as one batch of one attention, no Loop. Else the Loop below.
     uniform = op.And(op.Equal(op.ReduceMin(size, keepdims=0), longest),
-                     op.And(op.LessOrEqual(longest, op.Constant(value_int=chunk)),
+                     op.And(op.Equal(q, longest),
                             op.Equal(op.Mul(segments, longest), op.Squeeze(op.Shape(query, start=1, end=2)))))
     if uniform:
         batch = op.Concat(op.Reshape(segments, [1]), op.Reshape(longest, [1]), op.Shape(query, start=2, end=3),
@@ -102,7 +105,6 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
         attended = op.Reshape(batched, op.Shape(query))  # [1, N, C]
     else:
         # query chunks: Q rows each (the last of a segment shorter), C in all
-        q = op.Min(longest, op.Constant(value_int=chunk))  # Q, scalar
         per_segment = op.Div(op.Sub(op.Add(size, q), 1), q)  # [S] chunks of each segment (ceil)
         chunk_ends = op.CumSum(per_segment, 0)
         chunks = op.ReduceSum(per_segment, keepdims=0)  # C, scalar

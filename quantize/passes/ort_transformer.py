@@ -18,7 +18,8 @@ published dims that is 3/4 of the encoder's bytes that ORT's optimizer never cop
 ORT's optimizer looks one level into subgraphs when it drops unread nodes and initializers (`prune_graph`,
 `update_graph`): a main-graph value read only two levels down (the segment attention's Loop inside its If
 branch reads constants the export lifted to the main graph) would be dropped and the result invalid. Such values
-are graph outputs while the optimizer runs (`_deep_reads`), and outputs no more after.
+are read by an Identity that is a graph output while the optimizer runs (`_deep_reads`; an initializer as a graph
+output would stop its symbolic shape inference from sorting the graph), both removed after.
 """
 
 import logging
@@ -32,6 +33,7 @@ from core import onnx_io
 MODEL_TYPE = "vit"
 HOLD_OUT_BYTES = 1 << 16  # weights this large or larger never reach ORT's optimizer
 SHAPE_OPS = frozenset({"Shape", "Size"})
+KEPT = ".kept_for_ort"  # name suffix of the Identity nodes that keep deep-read values alive (`apply`)
 
 
 def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, dict[str, int]]:
@@ -40,12 +42,18 @@ def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, 
     options.attention_mask_format = AttentionMaskFormat.AttentionMask
     held = _hold_out_weights(model)
     outputs = list(model.graph.outputs)
-    model.graph.outputs.extend(_deep_reads(model))
+    keepers = [ir.node("Identity", [value], name=f"{value.name}{KEPT}", outputs=[ir.Value(name=f"{value.name}{KEPT}")])
+               for value in _deep_reads(model)]
+    for keeper in keepers:
+        model.graph.append(keeper)
+        model.graph.outputs.append(keeper.outputs[0])
     try:
         proto = onnx_io.to_proto(model)
     finally:
         _put_back(model, held)
         model.graph.outputs[:] = outputs
+        for keeper in keepers:
+            model.graph.remove(keeper, safe=True)
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     optimized = optimize_model(proto, model_type=MODEL_TYPE, num_heads=num_heads, hidden_size=hidden_size,
                                optimization_options=options, opt_level=0, only_onnxruntime=False)
@@ -55,6 +63,8 @@ def apply(model: ir.Model, num_heads: int, hidden_size: int) -> tuple[ir.Model, 
     _put_back(result, held)
     kept = {value.name for value in outputs}
     result.graph.outputs[:] = [value for value in result.graph.outputs if value.name in kept]
+    for node in [n for n in result.graph if n.name.endswith(KEPT)]:
+        result.graph.remove(node, safe=True)
     return result, stats
 
 

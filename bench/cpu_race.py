@@ -1,0 +1,355 @@
+"""`python -m bench.cpu_race --build build/qwen3-vl-2b`: every way to run the encoder on this CPU, against PyTorch.
+
+Paths (each in its own worker process, `bench.runtime_worker`, so that each has its own peak RSS):
+  PyTorch fp32 / bf16   transformers' eager tower with sdpa attention, the export's config and weight seed
+  ORT fp32 / INT8       ONNX Runtime on the optimized and int8 stages' files
+  OV f32 / bf16         OpenVINO on the optimized file at each inference precision (bf16 only where the CPU has it)
+  OV INT8               OpenVINO on the ov-int8 stage's file (when BUILD/ov-int8 exists)
+Cases: real photos (scikit-image's astronaut) resized to each `--sizes` square through the package's processor,
+and `--video` frames (rocket crops panned, resized to 448x448). For every `--threads` count all paths are open at
+once and timed interleaved: a warm-up run (whose outputs give the accuracy), then `--reps` rounds over the paths,
+case by case. Accuracy: min per-token cosine over every output against PyTorch fp32 on the same feed. FLOP/s from
+`bench.flops` (matrix products) against this CPU's peaks (`peaks`: /proc/cpuinfo's clock x cores x FLOP per
+cycle of its widest fp32 FMA, AMX-BF16 and AMX-INT8 where present). OpenVINO's per-op profile (PERF_COUNT) of
+each OV path at the largest image case of at most 1024^2. The default path is what `runtime embed` runs
+(`runtime.path_choice` on the build's stage reports). `--package DIR` adds the acceptance figure: process wall
+time of `python -m runtime embed` on 4 photos (no engine or variant option) against a PyTorch bf16 process that
+loads the same weights from a safetensors file and embeds the same 4 photos.
+Writes bench/results/cpu-race[-SUFFIX].json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.flops import encoder_flops
+from bench.runtimes import Worker
+from bench.timing import load_average, write_results
+from builders.config import load_config
+from core import cpu, onnx_io
+from core.machine import describe, machine
+from core.parity import min_token_cosine
+from core.progress import say
+
+ROOT = Path(__file__).resolve().parents[1]
+TAG = "cpu-race"
+REFERENCE = "PyTorch fp32"
+PHOTO = "astronaut"
+EMBED_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
+FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8",
+         "amx_tile")
+
+
+def peaks(threads: int) -> dict[str, float | None]:
+    """This CPU's peak TFLOP/s at `threads` cores: fp32 (FMA width x 2 units), AMX-BF16, AMX-INT8 (None: absent).
+    The clock is /proc/cpuinfo's `cpu MHz` (what the kernel reports, not a measured turbo clock)."""
+    mhz = 0.0
+    try:
+        mhz = float(next(line.split(":")[1] for line in Path("/proc/cpuinfo").read_text().splitlines()
+                         if line.startswith("cpu MHz")))
+    except (OSError, StopIteration, ValueError):
+        pass
+    per_cycle = 64 if cpu.has("avx512f") else 32 if cpu.has("fma") else 8
+    scale = threads * mhz * 1e6 / 1e12
+    return {"clock_mhz": mhz, "fp32": per_cycle * scale,
+            "amx_bf16": 1024 * scale if cpu.has("amx_bf16") else None,
+            "amx_int8": 2048 * scale if cpu.has("amx_int8") else None}
+
+
+def paths(build: Path) -> dict[str, dict]:
+    """label -> worker `open` command (without threads) for every path this build and machine have."""
+    from core import openvino_session
+
+    export = json.loads((build / "export" / "report.json").read_text())
+    found = {REFERENCE: {"engine": "torch", "file": export["model"], "seed": export.get("seed", 0), "precision": "f32"},
+             "PyTorch bf16": {"engine": "torch", "file": export["model"], "seed": export.get("seed", 0),
+                              "precision": "bf16"},
+             "ORT fp32": {"engine": "onnxruntime", "file": str(build / "optimized" / "model.onnx")},
+             "ORT INT8": {"engine": "onnxruntime", "file": str(build / "int8" / "model.onnx")}}
+    if openvino_session.available():
+        found["OV f32"] = {"engine": "openvino", "file": found["ORT fp32"]["file"], "precision": "f32"}
+        if openvino_session.bf16_supported():
+            found["OV bf16"] = {"engine": "openvino", "file": found["ORT fp32"]["file"], "precision": "bf16"}
+        ov_int8 = [p for p in (build / "ov-int8").glob("model.*") if p.suffix in (".xml", ".onnx")] \
+            if (build / "ov-int8").is_dir() else []
+        if ov_int8:
+            found["OV INT8"] = {"engine": "openvino", "file": str(ov_int8[0]),
+                                "precision": openvino_session.default_precision()
+                                if hasattr(openvino_session, "default_precision") else "f32"}
+    return {label: c for label, c in found.items() if c["engine"] == "torch" or Path(c["file"]).exists()}
+
+
+def default_path(build: Path) -> tuple[str, str]:
+    """The label of what `runtime embed` runs on this machine for a package of `build` (`runtime.path_choice` on
+    a manifest made of the stage reports' accuracy)."""
+    from runtime import path_choice
+
+    variants = [{"name": "fp32", "file": "onnx/vision_encoder.onnx"}]
+    for stage, name in (("int8", "int8"), ("ov-int8", "ov-int8")):
+        report = build / stage / "report.json"
+        if report.exists():
+            data = json.loads(report.read_text())
+            variants.append({"name": name, "file": data.get("file", f"onnx/vision_encoder_{name}.onnx"),
+                             "quantization": data.get("config", {}),
+                             "accuracy_vs_fp32": {"min_token_cosine": data.get("validation", {}).get(
+                                 "min_token_cosine")}})
+    choice = path_choice.choose({"variants": variants})
+    engine = {"onnxruntime": "ORT", "openvino": "OV"}[choice.path.engine]
+    kind = {"fp32": choice.path.precision or "fp32", "int8": "INT8", "ov-int8": "INT8"}.get(choice.variant,
+                                                                                         choice.variant)
+    return f"{engine} {kind}", choice.line()
+
+
+def cases(build: Path, sizes: list[int], video: int) -> dict[str, dict[str, np.ndarray]]:
+    """{case: feeds}: PHOTO at each size through the package's processor, then a `video`-frame 448^2 video."""
+    from families import of_model
+    from quantize import calibration
+
+    model = build / "optimized" / "model.onnx"
+    found = {}
+    for size in sizes:
+        found[f"{size}x{size}"] = calibration.for_model(model, photos=(PHOTO,), sizes=((size, size),), video=False)[0]
+    if video:
+        rocket = calibration.photo("rocket")
+        frames = [(Path(f"frame {k}"), calibration.resized(np.ascontiguousarray(rocket[:, 12 * k: 12 * k + 480]),
+                                                           (448, 448))) for k in range(video)]
+        metadata = onnx_io.metadata(model)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = calibration.processor_folder(calibration.export_report(model), metadata, tmp)
+            pack = of_model(metadata, str(model)).processing.embed_pack(folder, [], frames)
+        found[f"video {video}x448x448"] = dict(pack.feeds)
+    return found
+
+
+def race(build: Path, case_feeds: dict, threads: int, reps: int, tmp: Path) -> dict:
+    """Open every path with `threads`, time the cases interleaved; {case: {label: {...}}, 'rss': ..., 'profile'}."""
+    opened = paths(build)
+    workers = {}
+    for label, command in opened.items():
+        say(f"{threads} thread(s): open {label}", TAG)
+        worker = Worker()
+        start = time.perf_counter()
+        try:
+            answer = worker.ask(open=label, threads=threads, **command)
+        except RuntimeError as err:
+            say(f"{label}: {err}: skipped", TAG)
+            worker.close()
+            continue
+        workers[label] = (worker, round(time.perf_counter() - start, 2), answer.get("version"))
+    results: dict = {"cases": {}, "load_s": {k: v[1] for k, v in workers.items()},
+                     "versions": {k: v[2] for k, v in workers.items()}}
+    for case, feeds in case_feeds.items():
+        feed_file = tmp / f"{case.replace(' ', '_')}.npz"
+        np.savez(feed_file, **feeds)
+        outputs, times = {}, {label: [] for label in workers}
+        for label, (worker, _, _) in workers.items():  # warm-up: its outputs give the accuracy
+            out = tmp / f"{label.replace(' ', '_')}.npz"
+            worker.ask(run=label, feeds=str(feed_file), out=str(out))
+            with np.load(out) as data:
+                outputs[label] = [data[k] for k in data.files]
+        for round_ in range(reps):
+            for label, (worker, _, _) in workers.items():
+                times[label].append(worker.ask(run=label, feeds=str(feed_file))["seconds"])
+            say(f"{threads} thread(s), {case}: round {round_ + 1}/{reps}", TAG)
+        reference = outputs.get(REFERENCE)
+        grid = feeds["grid_thw"].tolist()
+        results["cases"][case] = {label: {
+            "median_s": round(statistics.median(t), 4), "times_s": [round(x, 4) for x in t],
+            "min_token_cosine": (min(min_token_cosine(o, r) for o, r in zip(outputs[label], reference))
+                                 if reference is not None and len(outputs[label]) == len(reference) else None),
+            "grid_thw": grid} for label, t in times.items()}
+    results["peak_rss_mib"] = {label: w.ask(rss=True).get("peak_rss_mib") for label, (w, _, _) in workers.items()}
+    image_cases = [c for c in case_feeds if not c.startswith("video") and int(c.split("x")[0]) <= 1024]
+    if image_cases:
+        biggest = max(image_cases, key=lambda c: int(c.split("x")[0]))
+        feed_file = tmp / f"{biggest}.npz"
+        results["profile_case"] = biggest
+        results["profile"] = {}
+        for label, (worker, _, _) in workers.items():
+            if label.startswith("OV"):
+                try:
+                    results["profile"][label] = worker.ask(profile=label, feeds=str(feed_file))["ops"][:10]
+                except RuntimeError as err:
+                    results["profile"][label] = str(err)
+        from core import openvino_session
+
+        vision = load_config(paths(build)[REFERENCE]["file"]).vision
+        results["attention_profile"] = {
+            precision: attention_profile(vision, case_feeds[biggest]["grid_thw"].tolist(), precision, threads)
+            for precision in (("f32", "bf16") if openvino_session.bf16_supported() else ("f32",))
+            if openvino_session.available()}
+    for worker, _, _ in workers.values():
+        worker.close()
+    return results
+
+
+def attention_profile(vision: dict, grid: list[list[int]], precision: str, threads: int) -> list[dict]:
+    """OpenVINO's kernels for the export's batched attention (the segment attention's If branch taken when every
+    segment has one size: one com.microsoft MultiHeadAttention on [frames, rows, C]) at one case's frame shape,
+    as a model of its own: the whole model's profile shows the If as one layer. Seconds per (layer type, kernel)."""
+    import openvino
+    from onnx import TensorProto, helper
+
+    heads, width = vision["num_heads"], vision["hidden_size"]
+    frames, rows = sum(t for t, _, _ in grid), grid[0][1] * grid[0][2]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [frames, rows, width]) for n in "qkv"]
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=heads,
+                            scale=(width // heads) ** -0.5)
+    model = helper.make_model(helper.make_graph([node], "attention", inputs, [helper.make_tensor_value_info(
+        "o", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 18),
+                                                        helper.make_opsetid("com.microsoft", 1)])
+    core = openvino.Core()
+    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU",
+                                  {"INFERENCE_PRECISION_HINT": precision, "PERF_COUNT": True,
+                                   "INFERENCE_NUM_THREADS": threads})
+    request = compiled.create_infer_request()
+    feeds = {n: np.random.default_rng(0).standard_normal((frames, rows, width), dtype=np.float32) for n in "qkv"}
+    request.infer(feeds)
+    request.infer(feeds)
+    totals: dict[tuple, float] = {}
+    for info in request.profiling_info:
+        key = (info.node_type, info.exec_type)
+        totals[key] = totals.get(key, 0.0) + info.real_time.total_seconds()
+    return [{"type": t, "exec": e, "seconds": round(v, 4)} for (t, e), v in
+            sorted(totals.items(), key=lambda item: -item[1]) if v > 0][:6]
+
+
+def embed_race(package: Path, config: str, seed: int, size: int, threads: int, reps: int, tmp: Path) -> dict:
+    """Process wall time of `python -m runtime embed` (the package's default path) and of a PyTorch bf16 process,
+    both on EMBED_PHOTOS resized to `size`; interleaved, `reps` rounds."""
+    from quantize import calibration
+
+    photos = []
+    for name in EMBED_PHOTOS:
+        path = tmp / f"{name}-{size}.png"
+        from PIL import Image
+
+        Image.fromarray(calibration.resized(calibration.photo(name), (size, size))).save(path)
+        photos.append(str(path))
+    weights = tmp / "weights.safetensors"
+    if not weights.exists():
+        subprocess.run([sys.executable, "-m", "bench.cpu_race_torch", "save", config, str(seed), str(weights)],
+                       check=True, cwd=ROOT)
+    commands = {
+        "runtime embed (default path)": [sys.executable, "-m", "runtime", "embed", *photos, "--package", str(package),
+                                         "--out", str(tmp / "embed.npz"), "--threads", str(threads), "--force"],
+        "PyTorch bf16 process": [sys.executable, "-m", "bench.cpu_race_torch", "embed", config, str(weights),
+                                 str(package), str(threads), *photos],
+    }
+    times: dict[str, list[float]] = {label: [] for label in commands}
+    lines: dict[str, str] = {}
+    for _ in range(reps):
+        for label, command in commands.items():
+            start = time.perf_counter()
+            done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=ROOT)
+            times[label].append(round(time.perf_counter() - start, 3))
+            if done.returncode:
+                raise RuntimeError(f"{label} failed: {done.stderr.strip().splitlines()[-1:]}")
+            lines[label] = next((line for line in done.stderr.splitlines() if "path:" in line), "")
+    medians = {label: statistics.median(t) for label, t in times.items()}
+    return {"size": size, "photos": list(EMBED_PHOTOS), "threads": threads, "times_s": times,
+            "median_s": medians, "path_line": lines.get("runtime embed (default path)", ""),
+            "speedup_vs_torch_bf16": round(medians["PyTorch bf16 process"] / medians["runtime embed (default path)"],
+                                           3)}
+
+
+def _cell(r: dict, base: float | None) -> str:
+    """'1.234 s, 1.50x bf16, 0.99987, 0.80 TFLOP/s' of one path at one case."""
+    ratio = f", {base / r['median_s']:.2f}x bf16" if base else ""
+    cos = f", {r['min_token_cosine']:.5f}" if r["min_token_cosine"] is not None else ""
+    return f"{r['median_s']:.3f} s{ratio}{cos}, {r['tflops']:.2f} TFLOP/s"
+
+
+def markdown(result: dict) -> str:
+    flags = ", ".join(result["cpu_flags"]) or "none of " + ", ".join(FLAGS)
+    lines = [f"# CPU race: {result['model']}", "",
+             (f"`{result['command']}` on {describe(result['machine'])}; CPU flags: {flags}; {result['started']} - "
+              f"{result['finished']}. Medians of interleaved rounds; accuracy: min per-token cosine over every output "
+              "against PyTorch fp32 on the same real photo; FLOP/s: matrix products (bench.flops) / median. Default "
+              f"path (`runtime embed` with no option): **{result['default']}** ({result['default_line']})."), ""]
+    for threads, run in result["runs"].items():
+        p = run["peaks_tflops"]
+        amx = [f"{name} {p[key]:.2f}" if p[key] else f"{name} absent"
+               for name, key in (("AMX-BF16", "amx_bf16"), ("AMX-INT8", "amx_int8"))]
+        lines += [f"## {threads} thread(s)", "",
+                  f"Peaks at {threads} core(s), {p['clock_mhz']:.0f} MHz: fp32 {p['fp32']:.2f} TFLOP/s, {', '.join(amx)}.",
+                  "", "| path | " + " | ".join(run["cases"]) + " | peak RSS MiB |",
+                  "|---|" + "---:|" * (len(run["cases"]) + 1)]
+        for label in next(iter(run["cases"].values())):
+            cells = [_cell(by_label[label], by_label.get("PyTorch bf16", {}).get("median_s"))
+                     for by_label in run["cases"].values()]
+            name = f"**{label}** (default)" if label == result["default"] else label
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {run['peak_rss_mib'].get(label)} |")
+        lines.append("")
+        if run.get("profile"):
+            lines += [(f"OpenVINO per-op profile at {run['profile_case']} (PERF_COUNT, one run; seconds by layer "
+                       "type and kernel, top 10):"), ""]
+            for label, ops in run["profile"].items():
+                shown = "; ".join(f"{o['type']} {o['exec']} {o['seconds']:.3f}" for o in ops) \
+                    if isinstance(ops, list) else ops
+                lines.append(f"- {label}: {shown}")
+            for precision, ops in run.get("attention_profile", {}).items():
+                shown = "; ".join(f"{o['type']} {o['exec']} {o['seconds']:.3f}" for o in ops)
+                lines.append(f"- the batched attention alone ({precision}; inside the If above): {shown}")
+            lines.append("")
+    if result.get("embed"):
+        e = result["embed"]
+        lines += ["## Process wall time: `runtime embed` against a PyTorch bf16 process", "",
+                  (f"{len(e['photos'])} photos at {e['size']}x{e['size']}, {e['threads']} thread(s), each command a "
+                   f"fresh process (PyTorch loads the same weights from safetensors); {e['path_line']}"), "",
+                  "| command | median s | runs |", "|---|---:|---|"]
+        for label, median in e["median_s"].items():
+            lines.append(f"| {label} | {median:.2f} | {', '.join(f'{t:.2f}' for t in e['times_s'][label])} |")
+        lines += ["", f"`runtime embed` is **{e['speedup_vs_torch_bf16']:.2f}x** PyTorch bf16.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu_race", description=__doc__.splitlines()[0])
+    parser.add_argument("--build", type=Path, default=ROOT / "build" / "qwen3-vl-2b")
+    parser.add_argument("--sizes", default="448,1024", help="square image sides, comma-separated (default 448,1024)")
+    parser.add_argument("--video", type=int, default=8, help="frames of the 448x448 video case (0: none)")
+    parser.add_argument("--threads", default="2", help="thread counts, comma-separated (default 2)")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--package", type=Path, help="also time `runtime embed` on this package against PyTorch")
+    parser.add_argument("--embed-size", type=int, default=1024)
+    parser.add_argument("--suffix", default="")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    export = json.loads((args.build / "export" / "report.json").read_text())
+    vision = load_config(export["model"]).vision
+    default, default_line = default_path(args.build)
+    result = {"command": "python -m bench.cpu_race " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "model": export["model"], "machine": machine(), "cpu_flags": [f for f in FLAGS if cpu.has(f)],
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": load_average(),
+              "default": default, "default_line": default_line, "runs": {}}
+    with tempfile.TemporaryDirectory(prefix="cpu-race-") as tmp:
+        feeds = cases(args.build, sizes, args.video)
+        for threads in (int(t) for t in args.threads.split(",")):
+            run = race(args.build, feeds, threads, args.reps, Path(tmp))
+            run["peaks_tflops"] = peaks(threads)
+            for by_label in run["cases"].values():
+                for r in by_label.values():
+                    r["tflops"] = encoder_flops(vision, r["grid_thw"]) / r["median_s"] / 1e12
+            result["runs"][str(threads)] = run
+        if args.package:
+            result["embed"] = embed_race(args.package, export["model"], export.get("seed", 0), args.embed_size,
+                                         max(int(t) for t in args.threads.split(",")), args.reps, Path(tmp))
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    stem = "cpu-race" + (f"-{args.suffix}" if args.suffix else "")
+    write_results(args.out, stem, result, markdown(result), TAG)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

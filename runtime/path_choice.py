@@ -1,0 +1,170 @@
+"""`--engine auto` (the default of `embed` and `embed-collection`): which (engine, variant, precision) runs a
+package on this machine — the fastest path that meets FLOOR at every validation layout, torch-free.
+
+The rule, in order:
+1. Explicit options win: `--engine onnxruntime|openvino` runs the variant given (`--variant`, default fp32) on that
+   engine; `--precision` alone implies OpenVINO; `--variant` alone picks the fastest engine for that variant.
+2. Otherwise the CPU's class (`cpu_class`: from /proc/cpuinfo flags) names an order of paths, fastest first
+   (`RANKING`); the first path is taken whose engine is installed, whose variant the package ships, and whose
+   accuracy meets FLOOR: a quantized variant's min per-token cosine against fp32 over every validation layout, as
+   its stage measured it (`manifest.json`, `accuracy_vs_fp32.min_token_cosine`); OpenVINO's bf16 on the fp32 file
+   is held to the same floor by `runtime verify` (core.engine.BF16_FLOOR). A full-range INT8 file is skipped on a
+   CPU whose int8 kernels saturate (`core.cpu.int8_saturates`).
+3. fp32 on ONNX Runtime is the last path, always there.
+
+The order per CPU class is what `python -m bench.cpu_race` measured (bench/results/cpu-race.md, and the CPUs named
+beside each entry of RANKING); docs/runtimes.md states it per CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core import cpu, openvino_session
+from core.engine import BF16_FLOOR, Engine
+
+#: The accuracy every automatic path keeps: min per-token cosine against fp32 at every validation layout.
+FLOOR = BF16_FLOOR
+AMX, AVX512_BF16, VNNI, AVX2 = "amx", "avx512-bf16", "vnni", "avx2"
+
+
+@dataclass(frozen=True)
+class Path:
+    """One way to run a package: engine (onnxruntime | openvino), variant (fp32, int8, ov-int8, ...), precision
+    (OpenVINO's f32 | bf16; None for ONNX Runtime)."""
+    engine: str
+    variant: str
+    precision: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.engine}{' ' + self.precision if self.precision else ''}, variant {self.variant}"
+
+
+#: Fastest first, per CPU class. Measured at Qwen3-VL-2B dims, 2 threads, 448^2 and 1024^2:
+#: - amx (Intel Xeon with AMX-BF16/INT8; issue 33's run and bench/results/cpu-race.md where run on one): OpenVINO
+#:   bf16 on the fp32 file 0.91 s / 6.73 s against ONNX Runtime INT8 0.87 s / 10.4 s (before attention ran batched
+#:   in OpenVINO, which gains it most at large sizes);
+#: - avx512-bf16 without AMX (AMD EPYC Zen 5, docs/runtime-openvino.md): ONNX Runtime INT8 2.40-2.45x ORT fp32,
+#:   OpenVINO bf16 1.74-1.85x;
+#: - vnni (AMD EPYC with AVX-512 VNNI, docs/quantization.md): ONNX Runtime INT8 2.67-2.81x fp32;
+#: - avx2 (AMD EPYC Zen 3, AVX2 only: bench/results/cpu-race.md): ONNX Runtime INT8 first.
+RANKING: dict[str, tuple[Path, ...]] = {
+    AMX: (Path("openvino", "fp32", "bf16"), Path("onnxruntime", "int8"), Path("openvino", "fp32", "f32")),
+    AVX512_BF16: (Path("onnxruntime", "int8"), Path("openvino", "fp32", "bf16")),
+    VNNI: (Path("onnxruntime", "int8"),),
+    AVX2: (Path("onnxruntime", "int8"),),
+}
+LAST = Path("onnxruntime", "fp32")
+
+
+def cpu_class() -> str:
+    """amx | avx512-bf16 | vnni | avx2 (also every non-x86 CPU: the ranking without bf16 or exact int8)."""
+    if cpu.has("amx_bf16"):
+        return AMX
+    if cpu.has("avx512_bf16"):
+        return AVX512_BF16
+    if not cpu.int8_saturates() and any(cpu.has(f) for f in cpu.EXACT_INT8_FLAGS):
+        return VNNI
+    return AVX2
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The path that runs, and one line saying why."""
+    path: Path
+    why: str
+
+    @property
+    def engine(self) -> Engine:
+        return Engine(self.path.engine, self.path.precision)
+
+    @property
+    def variant(self) -> str:
+        return self.path.variant
+
+    def line(self) -> str:
+        return f"path: {self.path.describe()} ({self.why})"
+
+
+def variant_accuracy(manifest: dict, variant: str) -> float | None:
+    """The variant's min per-token cosine against fp32 over every validation layout (1.0 for fp32; None when the
+    manifest does not record it)."""
+    if variant == "fp32":
+        return 1.0
+    for record in manifest.get("variants", []):
+        if isinstance(record, dict) and record.get("name") == variant:
+            value = (record.get("accuracy_vs_fp32") or {}).get("min_token_cosine")
+            return float(value) if isinstance(value, (int, float)) else None
+    return None
+
+
+def _saturates(manifest: dict, variant: str) -> bool:
+    """A full-range (8-bit weight) dynamic INT8 file on a CPU whose int8 kernels saturate (core.cpu)."""
+    for record in manifest.get("variants", []):
+        if isinstance(record, dict) and record.get("name") == variant:
+            settings = record.get("quantization") or {}
+            return settings.get("method") == "dynamic" and settings.get("reduce_range") is False \
+                and cpu.int8_saturates()
+    return False
+
+
+def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool) -> str | None:
+    """Why `path` cannot run here (None: it can)."""
+    if path.engine == "openvino" and not have_openvino:
+        return "openvino not installed"
+    if path.precision == "bf16" and not have_bf16:
+        return "no bf16 in OpenVINO on this CPU"
+    names = {r.get("name") for r in manifest.get("variants", []) if isinstance(r, dict)}
+    if path.variant not in names:
+        return f"no {path.variant} variant in the package"
+    accuracy = variant_accuracy(manifest, path.variant)
+    if accuracy is None or accuracy < FLOOR:
+        shown = "not recorded" if accuracy is None else f"{accuracy:.5f}"
+        return f"{path.variant} min per-token cosine {shown} < {FLOOR}"
+    if _saturates(manifest, path.variant):
+        return f"{path.variant} is full-range INT8 and this CPU's int8 kernels saturate"
+    return None
+
+
+def choose(manifest: dict, engine: str = "auto", variant: str | None = None, precision: str | None = None,
+           cpu_kind: str | None = None, have_openvino: bool | None = None,
+           have_bf16: bool | None = None) -> Choice:
+    """The path for a package (see the module docstring). `cpu_kind`, `have_openvino`, `have_bf16`: this machine's
+    unless given (tests give them)."""
+    if engine != "auto":
+        chosen = Path(engine, variant or "fp32", precision)
+        Engine(chosen.engine, chosen.precision)  # UsageError for a precision the engine does not take
+        return Choice(chosen, f"--engine {engine}")
+    if precision is not None:
+        return Choice(Path("openvino", variant or "fp32", precision), f"--precision {precision}")
+    kind = cpu_kind or cpu_class()
+    if have_openvino is None:
+        have_openvino = openvino_session.available()
+    if have_bf16 is None:
+        have_bf16 = have_openvino and openvino_session.bf16_supported()
+    skipped = []
+    for path in RANKING.get(kind, ()):
+        if variant is not None and path.variant != variant:
+            continue
+        reason = _refusal(manifest, path, have_openvino, have_bf16)
+        if reason is None:
+            return Choice(path, f"auto: fastest on a {kind} CPU meeting {FLOOR}"
+                          + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
+        skipped.append(f"{path.describe()}: {reason}")
+    last = LAST if variant is None else Path(_engine_for(manifest, variant), variant)
+    return Choice(last, f"auto on a {kind} CPU" + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
+
+
+def _engine_for(manifest: dict, variant: str) -> str:
+    """The engine of a variant no ranked path names: OpenVINO for an OpenVINO IR file (.xml), else ONNX Runtime."""
+    for record in manifest.get("variants", []):
+        if isinstance(record, dict) and record.get("name") == variant:
+            return "openvino" if str(record.get("file", "")).endswith(".xml") else "onnxruntime"
+    return "onnxruntime"  # an unknown variant: the embed command names the package's variants
+
+
+def add_arguments(parser) -> None:
+    """--variant (default: chosen with the engine)."""
+    parser.add_argument("--variant", default=None,
+                        help="fp32 or a quantized variant (int8, q4, ov-int8, ...); default: the one --engine auto "
+                             "picks (fp32 with an explicit --engine)")
