@@ -124,9 +124,10 @@ def every_variant_packages(tiny_exports, tmp_path_factory) -> dict:
 
 
 #: `--static` sizes of the tiny configs (pixels, WxH): a square and a non-square one per Qwen generation, each a
-#: few patches a side; Qwen2.5-VL's windows (8 patches) are cut at the right and bottom edges at both sizes.
+#: few patches a side; Qwen2.5-VL's windows (8 patches) are cut at the right and bottom edges at both sizes; and
+#: one video (FRAMESxWxH: 4 frames, t = 2, one batch of two frames in every attention).
 TINY_STATIC = {"qwen2-vl-tiny": ("56x56", "84x56"), "qwen2.5-vl-tiny": ("168x168", "196x140"),
-               "qwen3-vl-tiny": ("64x64", "96x64"), "qwen3.5-tiny": ("64x64", "96x64")}
+               "qwen3-vl-tiny": ("64x64", "96x64"), "qwen3.5-tiny": ("64x64", "96x64", "4x64x64")}
 
 
 @pytest.fixture(scope="session")
