@@ -168,3 +168,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--variant", default=None,
                         help="fp32 or a quantized variant (int8, q4, ov-int8, ...); default: the one --engine auto "
                              "picks (fp32 with an explicit --engine)")
+
+
+def per_cpu(manifest: dict) -> dict[str, Choice]:
+    """{CPU class: the path `--engine auto` takes for this package there}, with OpenVINO installed (as
+    `.[runtime]` installs it) and bf16 where the class has it: what a model card states, the same on any machine."""
+    return {kind: choose(manifest, cpu_kind=kind, have_openvino=True, have_bf16=kind in (AMX, AVX512_BF16))
+            for kind in RANKING}

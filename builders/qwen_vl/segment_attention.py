@@ -6,8 +6,13 @@ lower that op to the same ONNX function, `SEGMENT_ATTENTION` below (TorchScript 
 that emits it as a model-local function, torch.export through `custom_translation_table`; the
 export inlines it, so both paths ship the same nodes). The function derives the segment boundaries
 from `grid_thw` inside the graph (frames, or with `window` > 0 the windows of window x window patches of
-each frame, cut at its bottom and right edges: Qwen2.5-VL's window blocks, on the window-ordered sequence)
-and runs a `Loop` over query chunks: each step one `com.microsoft.MultiHeadAttention` without mask or bias of
+each frame, cut at its bottom and right edges: Qwen2.5-VL's window blocks, on the window-ordered sequence).
+When every segment has one size (one image, the frames of a video, a frame of full windows) of at most `chunk`
+rows, an `If` runs them as one batch: one `com.microsoft.MultiHeadAttention` on [S, L, C], no Loop — ONNX
+Runtime's flash path on all segments at once, and in OpenVINO one attention its CPU plugin fuses into an MHA
+`Subgraph` (seen on an AVX2 CPU, `python -m bench.cpu_race` profiles it) instead of a Loop, which it ran at an
+fp32-class rate on an AMX CPU. Otherwise the If's other branch runs a `Loop` over query chunks: each step one
+`com.microsoft.MultiHeadAttention` without mask or bias of
 up to Q = min(longest segment, `chunk`) query rows of one segment against all of that segment's keys, its
 output padded to [1, Q, C]; the steps' outputs stack as the Loop's scan output [steps, 1, Q, C] and the padding
 rows are dropped after (Compress). Why:
