@@ -314,6 +314,19 @@ def test_4_the_pixel_budget_option(qwen_dist, photo, tmp_path, capsys):  # noqa:
     assert runtime([*argv, "--max-image-pixels", str(64 * 80)], capsys)[0] == 0
 
 
+def test_4_in_a_collection_an_image_past_the_budget_is_an_error_row(package, photo, tmp_path, capsys):
+    """The same refusal in embed-collection: an error row naming the budget, the other images embedded."""
+    small = photo.with_name("small.png")
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(small)
+    out = tmp_path / "out"
+    code, _, err = runtime(["embed-collection", package, photo.parent, out, "--scheduler", "local", "--threads", "1",
+                            "--max-image-pixels", str(32 * 32)], capsys)
+    assert code == 1 and "Traceback" not in err
+    rows = {r["path"]: r for r in pq.read_table(out).to_pylist()}
+    assert rows[str(small)]["status"] == "ok"
+    assert rows[str(photo)]["status"] == "error" and "past the image budget of 1,024" in rows[str(photo)]["error"]
+
+
 def test_4_a_tarball_member_larger_than_declared_is_never_written(package, tmp_path, capsys):
     """Case 4: a small tarball holding a member far larger than the manifest declares was written out whole before
     its checksum failed."""
