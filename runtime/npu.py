@@ -198,7 +198,7 @@ def precision_of(proto) -> str:
 def reference_of(model_file: Path) -> Path:
     """The float32 model to compare with: a `quantize qnn` or `fp16` output's input (its report), else itself."""
     report = reports.read_beside(model_file)
-    if report.get("stage") in ("qnn", "fp16", "qnn-fp16") and report.get("input"):
+    if report.get("stage") in ("qnn", "fp16") and report.get("input"):
         source = onnx_io.model_path(report["input"])
         if not source.exists():
             raise UsageError(f"{model_file}: its fp32 input {source} (report.json) is gone; give --reference")
