@@ -15,7 +15,6 @@ form's outputs against ONNX Runtime fp32 there. Results: bench/results/ov-int8-f
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from core import machine, onnx_io
+from core import report as reports
 from core.errors import Parser, main_wrapper
+from core.openvino_session import ir_file_sizes
 from core.parity import min_token_cosine
 from core.progress import say
 from core.session import open_session, run
@@ -54,7 +55,7 @@ def child(path: str, feeds: str, threads: int, precision: str, reps: int, out: s
     if out:
         np.savez(out, *outputs)
     return {"load_s": load, "first_s": first, "steady_s": float(np.median(times)),
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": reports.peak_rss_mib()}
 
 
 def qdq_onnx(stage: Path, dst: Path) -> Path:
@@ -75,7 +76,7 @@ def qdq_onnx(stage: Path, dst: Path) -> Path:
     # OpenVINO names a node that writes a graph output after that output: match ONNX nodes by name or output
     names = [n.name for n in model.graph.node if n.name in floats or any(o in floats for o in n.output)]
     feeds = calibration.stage_set(source)[0]()
-    quantized = nncf.quantize(model, nncf.Dataset(feeds), **ov_int8.nncf_arguments(options, names, len(feeds), "Conv"))
+    quantized = nncf.quantize(model, nncf.Dataset(feeds), **ov_int8.nncf_arguments(options, names, len(feeds), ("Conv",)))
     onnx_io.save_proto(quantized, dst)
     return dst
 
@@ -107,7 +108,9 @@ def markdown(result: dict) -> str:
         f"{result['precision']}, {result['threads']} thread(s); model {result['model']} ({result['weights']}); "
         f"one {result['size']} photo through the family's processor ({result['tokens']} patches). Each file opened "
         "as `runtime embed --engine openvino` opens it, in a fresh process per round, interleaved; medians over the "
-        "rounds. Cosine: min per-token cosine against ONNX Runtime fp32 on that photo."),
+        "rounds. Cosine: min per-token cosine against ONNX Runtime fp32 on that photo. Load average at start "
+        f"{result['load_average_start']}, at end {result['load_average_end']} (a shared machine: compare within the "
+        "table, not with other runs)."),
         "",
         "| file | MiB | load (read + compile) s | first inference s | steady inference s | peak RSS MiB | cosine |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -139,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
 
         args = parser.parse_args(argv)
         started = time.strftime("%Y-%m-%dT%H:%M:%S")
+        from bench.timing import load_average
+
+        load_start = load_average()
         report = json.loads((args.stage / "report.json").read_text())
         fp32 = onnx_io.model_path(report["input"])
         precision = default_precision()
@@ -158,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             for label, path in files.items():
                 got = np.load(work / f"{label}.npz")
                 outputs = [got[f"arr_{i}"] for i in range(len(got.files))]
-                sizes = onnx_io.file_sizes(path) if path.suffix == ".onnx" else {
-                    p.name: p.stat().st_size for p in (path, path.with_suffix(".bin"))}
+                sizes = onnx_io.file_sizes(path) if path.suffix == ".onnx" else ir_file_sizes(path)
                 forms[label] = {
                     "file": str(path), "mib": sum(sizes.values()) / 2**20,
                     **{k: float(np.median([r[k] for r in rounds[label]])) for k in rounds[label][0]},
@@ -176,9 +181,11 @@ def main(argv: list[str] | None = None) -> int:
                   "openvino": openvino.__version__, "precision": precision, "threads": args.threads,
                   "rounds": args.rounds, "reps": args.reps, "size": f"{args.size}x{args.size}",
                   "tokens": int(feed[next(iter(feed))].shape[0]), "model": report.get("model"),
-                  "weights": report.get("weights"), "forms": forms, "decision": decision}
+                  "weights": report.get("weights"), "load_average_start": load_start, "forms": forms,
+                  "decision": decision}
         from bench.timing import write_results
 
+        result["load_average_end"] = load_average()
         write_results(args.out, STEM, result, markdown(result), TAG)
         return 0
 

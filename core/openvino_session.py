@@ -57,6 +57,12 @@ def is_ir(path: str | os.PathLike) -> bool:
     return Path(path).suffix == ".xml"
 
 
+def ir_file_sizes(path: str | os.PathLike) -> dict[str, int]:
+    """{file name: bytes} of an IR: its .xml and the .bin beside it."""
+    files = [Path(path), Path(path).with_suffix(".bin")]
+    return {f.name: f.stat().st_size for f in files if f.exists()}
+
+
 def set_metadata(model, metadata: dict[str, str]) -> None:
     """Keep an ONNX file's metadata_props in an OpenVINO model's rt_info (saved with it in the IR)."""
     for key, value in metadata.items():

@@ -10,22 +10,27 @@ loads fastest: `bench/results/ov-int8-form.md`) + OUT/report.json:
    exact on x86 CPUs without VNNI, whose u8 x s8 kernel saturates 8-bit weights, as the int8 stage's 7-bit
    default); activations uint8 per tensor, asymmetric, their ranges the min and max over the calibration set
    (`quantize.calibration.stage_set`: real photos through the family's processor). Left in float (OpenVINO runs
-   them in bf16 where the CPU has it, else f32): every MatMul of two activations (attention: query x key and
-   probabilities x value; named in the ignored scope, not left to NNCF's patterns), every Convolution (the patch
-   embedding reads the raw pixels, whose range no calibration set covers: quantized, the validation layouts fell
-   to min per-token cosine 0.81 on the tiny model), and the Loop bodies (the segment attention).
-   SmoothQuant is off by default (`--smooth-alpha A` turns it on): on the tiny model it lowered the min per-token
-   cosine at every alpha tried (0.3: 0.99038, 0.6: 0.97270, NNCF's 0.95: 0.94402, against 0.99675 without).
+   them in bf16 where the CPU has it, else f32): the attention (OpenVINO reads the segment attention's
+   MultiHeadAttention as its ScaledDotProductAttention, in the If and Loop bodies; NNCF's transformer model type
+   would quantize its query and key inputs: that type is in the ignored scope, and so is every MatMul of two
+   activations by name), and every Convolution (the patch embedding reads the raw pixels, whose range no
+   calibration set covers: quantized, the validation layouts fell to min per-token cosine 0.81 on the tiny model).
+   NNCF puts no activation quantizer after the attention's If output (the attention output projection): those
+   MatMuls keep int8 weights under float activations (the report's `weight_only_int8`).
+   SmoothQuant is off by default (`--smooth-alpha A` turns it on): on the tiny Qwen3-VL model (random weights,
+   no outlier channels to move) it lowered the min per-token cosine over the validation layouts at every alpha
+   tried by hand (0.3: 0.99038, 0.6: 0.97270, against 0.99675 without; 2026-11-26, before the floor search).
 3. The outlier-stress gate (`quantize.outlier_check`: a copy whose residual stream carries 4 channels 20-100x,
    written once by the patch embedding, as in trained ViTs) is quantized the same way (its own calibration
    statistics) and compared with its own fp32 outputs at the gate layouts; with `--outliers exclude` the MatMuls
    most sensitive to quantization (each alone, emulated in numpy from the quantized model's own FakeQuantize
-   ranges and int8 weights, `sensitivity`) stay float until it reaches `--stress-target`.
+   ranges and int8 weights, `sensitivity`) stay float until it reaches `--stress-target` (`greedy`, as in 4).
 4. The floor: the quantized model must reach `--min-cosine` (min per-token cosine against the fp32 outputs, every
    output, every validation layout) in OpenVINO at the precision `--engine openvino` runs by default here
    (`core.engine.default_precision`). Static activation ranges calibrated on photos do not cover every input:
-   when it misses, the most sensitive MatMuls (at the worst layout) stay float, the fewest that reach it (k = 1,
-   2, 4, ... then bisected). If none does, UsageError (exit 2) and nothing written.
+   when it misses, the MatMuls most sensitive at the worst layout (`sensitivity`) are tried float one at a time,
+   each kept only when it raises the min per-token cosine (`greedy`), until the floor is reached. If it is not,
+   UsageError (exit 2) and nothing written.
 The report says which MatMuls stay float and why, per-layout accuracy, the stress gate, the precision it was
 checked at and the CPU.
 """
@@ -58,6 +63,9 @@ MODEL_FILE = openvino_session.IR_MODEL_FILE
 #: Why a weight MatMul or Convolution is left float (the report's `float_nodes`).
 WHY_CONV = ("Convolution: the patch embedding reads the raw pixels, whose range no photo calibration covers "
             "(quantized, the tiny model's validation layouts fell to min per-token cosine 0.81)")
+#: Node types NNCF leaves float: the patch embedding (WHY_CONV), and OpenVINO's fused attention, whose query and
+#: key inputs NNCF's transformer model type would quantize (attention stays float: bf16 where the CPU has it).
+IGNORED_TYPES = ("Convolution", "ScaledDotProductAttention")
 WHY_EXCLUDE, WHY_STRESS, WHY_FLOOR = "excluded (--exclude)", "excluded (outlier stress)", "excluded (--min-cosine)"
 
 
@@ -157,15 +165,27 @@ def matmuls(model) -> tuple[list[str], list[str]]:
 ATTENTION_OPS = ("ScaledDotProductAttention", "MatMul", "FakeQuantize")
 
 
-def loop_bodies(model) -> dict:
-    """{loops, and per op of ATTENTION_OPS its count in the Loop bodies and in the main graph}: OpenVINO reads the
-    segment attention's MultiHeadAttention as its ScaledDotProductAttention inside the Loop bodies, which NNCF
-    leaves as they are (no FakeQuantize there); counted to prove it."""
+def _bodies(model) -> list:
+    """Every subgraph of `model`'s If, Loop and TensorIterator nodes, nested ones too."""
+    found = []
+    for node in model.get_ordered_ops():
+        kind = node.get_type_name()
+        if kind == "If":
+            found += [node.get_function(0), node.get_function(1)]
+        elif kind in ("Loop", "TensorIterator"):
+            found.append(node.get_function())
+    return found + [inner for body in found for inner in _bodies(body)]
+
+
+def subgraphs(model) -> dict:
+    """{subgraphs, and per op of ATTENTION_OPS its count in them and in the main graph}: OpenVINO reads the
+    segment attention's MultiHeadAttention as its ScaledDotProductAttention inside the If and Loop bodies; NNCF
+    leaves it unquantized (the stage names that type in the ignored scope); counted to prove it."""
     ops = [op.get_type_name() for op in model.get_ordered_ops()]
-    loops = [n for n in model.get_ordered_ops() if n.get_type_name() in ("Loop", "TensorIterator")]
-    inner = [op.get_type_name() for loop in loops for op in loop.get_function().get_ordered_ops()]
-    return {"loops": len(loops), "in_loop_bodies": {name: inner.count(name) for name in ATTENTION_OPS},
-            "sdpa_in_main_graph": ops.count("ScaledDotProductAttention")}
+    bodies = _bodies(model)
+    inner = [op.get_type_name() for body in bodies for op in body.get_ordered_ops()]
+    return {"subgraphs": len(bodies), "in_subgraphs": {name: inner.count(name) for name in ATTENTION_OPS},
+            "in_main_graph": {name: ops.count(name) for name in ATTENTION_OPS}}
 
 
 def quantized_matmuls(model) -> list[str]:
@@ -196,19 +216,19 @@ class Quantizer:
         return {"nncf": NNCF_VERSION, "backend": "openvino", "model_type": "TRANSFORMER", "preset": "MIXED",
                 "weights": "int8 per output channel, symmetric, 7 bits (overflow_fix ENABLE)",
                 "activations": "uint8 per tensor, asymmetric, min/max over the calibration set (MINMAX)",
-                "smooth_quant_alpha": self.options.smooth_alpha, "ignored_types": ["Convolution"],
+                "smooth_quant_alpha": self.options.smooth_alpha, "ignored_types": list(IGNORED_TYPES),
                 "calibration_items": len(self.feeds)}
 
     def __call__(self, float_names: list[str]):
         nncf = _nncf()
         return nncf.quantize(self.fp32, nncf.Dataset(self.feeds), **nncf_arguments(
-            self.options, [*self.always_float, *float_names], len(self.feeds), "Convolution"))
+            self.options, [*self.always_float, *float_names], len(self.feeds), IGNORED_TYPES))
 
 
-def nncf_arguments(options: OvInt8Options, float_names: list[str], items: int, conv_type: str) -> dict:
+def nncf_arguments(options: OvInt8Options, float_names: list[str], items: int, types: tuple[str, ...]) -> dict:
     """The keyword arguments of `nncf.quantize` besides the model and data set: the stage's settings with
-    `float_names` and every `conv_type` node (OpenVINO's "Convolution", ONNX's "Conv") ignored. One home for them:
-    `bench.ov_int8_form` quantizes the ONNX file with NNCF's ONNX backend and the same arguments."""
+    `float_names` and every node of `types` (IGNORED_TYPES; ONNX's names for the ONNX backend) ignored. One home
+    for them: `bench.ov_int8_form` quantizes the ONNX file with NNCF's ONNX backend and the same arguments."""
     nncf = _nncf()
     from nncf.quantization.advanced_parameters import (
         AdvancedQuantizationParameters,
@@ -222,7 +242,7 @@ def nncf_arguments(options: OvInt8Options, float_names: list[str], items: int, c
         overflow_fix=OverflowFix.ENABLE, activations_range_estimator_params=RangeEstimatorParametersSet.MINMAX,
         smooth_quant_alphas=AdvancedSmoothQuantParameters(matmul=alpha))
     return {"model_type": nncf.ModelType.TRANSFORMER, "preset": nncf.QuantizationPreset.MIXED, "subset_size": items,
-            "ignored_scope": nncf.IgnoredScope(names=sorted(set(float_names)), types=[conv_type], validate=False),
+            "ignored_scope": nncf.IgnoredScope(names=sorted(set(float_names)), types=list(types), validate=False),
             "advanced_parameters": advanced}
 
 
@@ -288,22 +308,19 @@ def sensitivity(fp32, quantized, feed: dict[str, np.ndarray], threads: int, grou
     return sorted(records, key=lambda r: r["min_token_cosine"])
 
 
-def fewest(trial: Callable[[int], float], count: int, target: float) -> int | None:
-    """The smallest k in [1, count] with trial(k) >= target, trial(k) assumed to grow with k (k = 1, 2, 4, ...,
-    then bisected); None when even `count` misses it."""
-    low, k = 0, 1
-    while trial(min(k, count)) < target:
-        if k >= count:
-            return None
-        low, k = k, 2 * k
-    high = min(k, count)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if trial(mid) >= target:
-            high = mid
-        else:
-            low = mid
-    return high
+def greedy(trial: Callable[[list[str]], float], candidates: list[str], best: float, target: float) -> list[str] | None:
+    """Forward selection along `candidates` (most sensitive first): each is kept float when `trial` (the min
+    per-token cosine with those names float) beats the best so far, until `target` is reached; None when the
+    candidates run out first. A ranking of MatMuls each alone is a local proxy, and NNCF places the other
+    quantizers anew for each ignored scope: a candidate that does not help is passed over, not accumulated."""
+    kept: list[str] = []
+    for name in candidates:
+        cosine = trial([*kept, name])
+        if cosine > best:
+            kept, best = [*kept, name], cosine
+        if best >= target:
+            return kept
+    return None
 
 
 @dataclass
@@ -361,23 +378,29 @@ def search(work: Work, base: list[str], target: float, timings: dict, what: str)
     names = [r["node"] for r in ranking]
     record["ranking"] = ranking
 
-    def trial(k: int) -> float:
-        if k not in work.trials:
-            with step(f"{what}: {k} MatMul(s) float", timings, f"{what}: trial {k}"):
-                work.check(base + names[:k], k)
-            say(f"  {what}: {k} MatMul(s) float -> min per-token cosine "
-                f"{work.trials[k].worst['min_token_cosine']:.5f}")
-            record["trials"].append({"float": k, "min_token_cosine": work.trials[k].worst["min_token_cosine"]})
-            if work.trials[k].worst["min_token_cosine"] < target:  # never the result: its files go now
-                for f in (work.trials[k].path, work.trials[k].path.with_suffix(".bin")):
-                    f.unlink()
-        return work.trials[k].worst["min_token_cosine"]
+    best: dict = {"names": [], "checked": first}
 
-    k = fewest(trial, len(names), target)
-    if k is None:
-        raise UsageError(f"the {STAGE} model misses min per-token cosine {target} ({what}) even with all "
-                         f"{len(names)} quantized MatMul(s) float; nothing written (a lower floor, or the int8 stage)")
-    return names[:k], work.trials[k], record
+    def trial(names: list[str]) -> float:
+        key = len(work.trials) + 1
+        with step(f"{what}: trial {key}, {len(names)} MatMul(s) float", timings, f"{what}: trial {key}"):
+            checked = work.check(base + names, key)
+        cosine = checked.worst["min_token_cosine"]
+        say(f"  {what}: float {', '.join(names)} -> min per-token cosine {cosine:.5f}")
+        record["trials"].append({"float": names, "min_token_cosine": cosine})
+        if cosine > best["checked"].worst["min_token_cosine"]:
+            old, best["names"], best["checked"] = best["checked"], names, checked
+        else:
+            old = checked
+        for f in (old.path, old.path.with_suffix(".bin")):  # never the result: its files go now
+            f.unlink()
+        return cosine
+
+    kept = greedy(trial, names, cosine, target)
+    if kept is None:
+        raise UsageError(f"the {STAGE} model misses min per-token cosine {target} ({what}) with any of the "
+                         f"{len(names)} quantized MatMul(s) float that helped; nothing written (a lower --min-cosine, "
+                         "or the int8 stage)")
+    return kept, best["checked"], record
 
 
 def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Options(), force: bool = False) -> dict:
@@ -424,7 +447,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
                            and n.get_friendly_name() not in quantized and _int8_weight(n.input_value(1))]
             reason = {**{n: WHY_EXCLUDE for n in skip}, **{n: WHY_STRESS for n in stress_skip},
                       **{n: WHY_FLOOR for n in floor_skip}}
-            files, input_files = onnx_io.file_sizes(model_file), onnx_io.file_sizes(source.path)
+            files, input_files = openvino_session.ir_file_sizes(model_file), onnx_io.file_sizes(source.path)
             report = {
                 **stage.report_header(STAGE, source),
                 "format": "OpenVINO IR (model.xml + model.bin)",
@@ -437,7 +460,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
                 + [{"node": n.get_friendly_name(), "reason": WHY_CONV} for n in model.get_ordered_ops()
                    if n.get_type_name() == "Convolution"],
                 "attention": {"matmuls_of_two_activations": attention, "quantized": sorted(set(attention) & set(quantized)),
-                              **loop_bodies(model)},
+                              **subgraphs(model)},
                 "op_counts": _op_counts(model),
                 "validation": {"reference": "fp32 input model in ONNX Runtime", "engine": f"openvino {precision}",
                                "machine": cpu.facts(), **final.worst, "cases": final.cases},

@@ -1,0 +1,143 @@
+"""The OpenVINO INT8 variant (`python -m quantize ov-int8`, quantize/ov_int8.py) on the tiny Qwen3-VL model: at its
+floor at every validation layout and on the outlier-stress copy, attention left float, shipped in a package as
+openvino/vision_encoder_int8.xml, checked by `runtime verify` and run by `runtime embed --engine openvino`.
+
+One stage run per session (the conftest's tiny optimized stage as IN), one package.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("nncf", reason="the openvino extra is not installed (make install installs it)")
+
+from core import onnx_io
+from core.openvino_session import OpenVINOSession
+from core.parity import min_token_cosine
+from core.session import open_session
+from families import of_model
+from families import validation as layouts_mod
+from quantize import __main__ as quantize_cli
+from quantize import ov_int8
+from release.package import package
+from runtime import __main__ as runtime_cli
+from runtime import sample_photos
+from tests.conftest import single_error, snapshot
+
+
+@pytest.fixture(scope="module")
+def stage(tiny_optimized, tmp_path_factory):
+    """The ov-int8 stage folder of the tiny optimized model, through the command with its defaults."""
+    out = tmp_path_factory.mktemp("ov-int8") / "ov-int8"
+    assert quantize_cli.main(["ov-int8", str(tiny_optimized), str(out), "--threads", "2"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def dist(stage, tiny_exports, tiny_optimized, tmp_path_factory):
+    """dist/qwen3-vl-tiny/ of a build holding the export, optimize and ov-int8 stages."""
+    root = tmp_path_factory.mktemp("ov-int8-package")
+    build = root / "build"
+    for name, folder in (("export", tiny_exports["torchscript"]), ("optimized", tiny_optimized), ("ov-int8", stage)):
+        shutil.copytree(folder, build / name)
+    folder, _ = package(build, root / "dist", threads=1)
+    return folder
+
+
+def test_the_stage_is_at_its_floor_at_every_layout(stage, tiny_optimized):
+    """The report's per-layout figures meet the floor; rerun here, independently of the report, the saved IR in
+    OpenVINO against ONNX Runtime fp32 gives the same min per-token cosine at every validation layout."""
+    report = json.loads((stage / "report.json").read_text())
+    floor = report["config"]["min_cosine"]
+    assert floor == ov_int8.DEFAULT_MIN_COSINE == 0.998
+    model_file = onnx_io.model_path(tiny_optimized)
+    metadata = onnx_io.metadata(model_file)
+    layouts = layouts_mod.layouts_for(model_file, metadata, of_model(metadata, model_file))
+    inputs = layouts_mod.layout_inputs(of_model(metadata, model_file), layouts, metadata)
+    assert [c["case"] for c in report["validation"]["cases"]] == [lay["case"] for lay in layouts]
+    assert any(lay["case"].startswith("same patch count") for lay in layouts)
+    fp32 = open_session(model_file, 1)
+    quantized = OpenVINOSession(stage / "model.xml", 1, report["validation"]["engine"].split()[-1])
+    for layout, feeds, case in zip(layouts, inputs, report["validation"]["cases"]):
+        cosines = [min_token_cosine(q, r) for q, r in zip(quantized.run(None, feeds), fp32.run(None, feeds))]
+        assert min(cosines) >= floor, (layout["case"], cosines)
+        recorded = min(o["min_token_cosine"] for o in case["outputs"].values())
+        assert abs(min(cosines) - recorded) < 1e-6, (layout["case"], cosines, recorded)
+
+
+def test_weights_and_activations_int8_attention_float(stage):
+    """Most weight MatMuls take int8 activations and weights (FakeQuantize on their input, int8 constants); the
+    attention (OpenVINO's ScaledDotProductAttention in the segment Loop) and the patch-embedding Convolution stay
+    float; whatever else stays float is named with its reason; the file is under a third of fp32."""
+    import openvino as ov
+
+    report = json.loads((stage / "report.json").read_text())
+    model = ov.Core().read_model(str(stage / "model.xml"))
+    quantized = ov_int8.quantized_matmuls(model)
+    assert len(quantized) == report["quantized_nodes"] >= 10
+    weighted, _ = ov_int8.matmuls(model)
+    assert len(quantized) >= len(weighted) // 2
+    attention = report["attention"]
+    sdpa = attention["in_subgraphs"]["ScaledDotProductAttention"] + attention["in_main_graph"]["ScaledDotProductAttention"]
+    assert sdpa >= 4 and attention["in_subgraphs"]["FakeQuantize"] == 0 and attention["quantized"] == []
+    conv = next(op for op in model.get_ordered_ops() if op.get_type_name() == "Convolution")
+    assert conv.input_value(0).get_node().get_type_name() != "FakeQuantize"
+    fake_quantize = [op for op in model.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
+    readers = {t.get_node().get_type_name() for op in fake_quantize for t in op.output(0).get_target_inputs()}
+    assert fake_quantize and readers == {"MatMul"}, readers
+    for record in report["float_weight_nodes"]:
+        assert record["reason"] and record["node"] not in quantized
+    assert report["size_ratio"] < 1 / 3
+
+
+def test_outlier_stress_gate_met(stage):
+    report = json.loads((stage / "report.json").read_text())
+    stress = report["outlier_stress"]
+    assert stress["mode"] == "exclude" and stress["met"]
+    assert stress["validation"]["min_token_cosine"] >= stress["target_min_token_cosine"] == 0.99
+    assert {c["case"] for c in stress["validation"]["cases"]} == set(stress["gate_cases"])
+    assert len(stress["channels"]) == 4
+
+
+def test_bad_option_is_one_line_and_writes_nothing(tiny_optimized, tmp_path, capsys):
+    before = snapshot(tmp_path)
+    code = quantize_cli.main(["ov-int8", str(tiny_optimized), str(tmp_path / "out"), "--smooth-alpha", "2"])
+    assert code == 2 and "--smooth-alpha must be in (0, 1)" in single_error(capsys.readouterr().err)
+    assert snapshot(tmp_path) == before
+
+
+def test_packaged_verified_and_run_by_embed(dist, tmp_path, capsys):
+    """The package ships the IR (manifest: its files with checksums, its accuracy and engine); `verify` runs it in
+    OpenVINO at its floor; `embed --engine openvino --variant ov-int8` on photos and a video is within the floor
+    of `embed` fp32 (ONNX Runtime); with ONNX Runtime it is one error line and nothing written."""
+    manifest = json.loads((dist / "manifest.json").read_text())
+    record = next(v for v in manifest["variants"] if v["name"] == "ov-int8")
+    assert record["file"] == "openvino/vision_encoder_int8.xml"
+    assert record["files"] == ["openvino/vision_encoder_int8.bin", "openvino/vision_encoder_int8.xml"]
+    assert all(manifest["files"][f]["sha256"] for f in record["files"])
+    assert record["accuracy_vs_fp32"]["min_token_cosine"] >= 0.998
+    assert record["accuracy_vs_fp32"]["engine"].startswith("openvino")
+    assert "ov-int8" not in json.loads((dist / "config.json").read_text())["onnx_variants"]
+
+    assert runtime_cli.main(["verify", str(dist), "--threads", "1"]) == 0
+    out = capsys.readouterr()
+    assert "openvino/vision_encoder_int8.xml: OpenVINO" in out.err and "all checks passed" in out.out
+
+    written = sample_photos.write(tmp_path / "photos")
+    images = [str(p) for p in written if p.parent.name != "pan"]
+    args = [*images, "--video", str(tmp_path / "photos" / "pan"), "--package", str(dist)]
+    assert runtime_cli.main(["embed", *args, "--out", str(tmp_path / "fp32.npz"), "--engine", "onnxruntime"]) == 0
+    assert runtime_cli.main(["embed", *args, "--out", str(tmp_path / "ov.npz"), "--engine", "openvino",
+                             "--variant", "ov-int8"]) == 0
+    fp32, ov = np.load(tmp_path / "fp32.npz"), np.load(tmp_path / "ov.npz")
+    outputs = [k for k in fp32.files if k.endswith(("image_features", "deepstack_embeds_0", "deepstack_embeds_1"))]
+    assert len(outputs) == 3 * len(fp32["entries"]) and set(outputs) <= set(ov.files)
+    for key in outputs:
+        assert min_token_cosine(ov[key], fp32[key]) >= 0.998, key
+    capsys.readouterr()
+    code = runtime_cli.main(["embed", *args, "--out", str(tmp_path / "ort.npz"), "--engine", "onnxruntime",
+                             "--variant", "ov-int8"])
+    assert code == 2 and "is an OpenVINO IR" in single_error(capsys.readouterr().err)
+    assert not (tmp_path / "ort.npz").exists()
