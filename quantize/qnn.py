@@ -61,7 +61,7 @@ def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work:
     del model
     if not qnn_preprocess_model(str(plain), str(prepared)):
         prepared = plain
-    config = get_qnn_qdq_config(str(prepared), calibration._Reader(feeds),
+    config = get_qnn_qdq_config(str(prepared), calibration.reader(feeds),
                                 activation_type=getattr(QuantType, ACTIVATIONS),
                                 weight_type=getattr(QuantType, WEIGHTS), per_channel=True)
     quantize(str(prepared), str(work / "qdq.onnx"), config)
