@@ -4,7 +4,7 @@ folder beside OUT, moved into place only when everything succeeded.
 Rules (one place for every stage):
 - OUT may not be IN, hold IN, sit inside IN's stage folder, or be the working folder or one of its parents.
 - A stage replaces only what this tool wrote. Every published folder lists the files it holds (`report.json`'s
-  `files`, or the stage's own listing: a release package's manifest); an existing OUT is replaced only when it is
+  `written_files`, or the stage's own listing: a release package's SHA256SUMS); an existing OUT is replaced only when it is
   a previous output of the same stage (`--force`: of any stage) *and* holds nothing but the files its listing
   names. A folder holding anything else (a user's notes, a sub-folder, an output of an older version that listed
   nothing) is refused, `--force` or not; only `--clobber` (`CLOBBER`), explicit and documented, replaces it whole.
@@ -38,8 +38,9 @@ REPORT = "report.json"
 #: The `force` value of `--clobber`: replace OUT whatever it holds (True, `--force`, never deletes a file this
 #: tool did not write). Both flags share the `force` destination, so one value travels through every call.
 CLOBBER = "clobber"
-#: The key of a report that lists the files of its folder (written by `staged_folder` / `StagedFile`).
-FILES = "files"
+#: The key of a report that lists the files of its folder (written by `staged_folder` / `StagedFile`; not `files`,
+#: which the quantize stages' reports use for the model files' sizes).
+FILES = "written_files"
 #: The zip comment of every result file this tool writes (an .npz is a zip archive; `np.load` ignores it).
 RESULT_MARK = b"vlm-vision-onnx result"
 

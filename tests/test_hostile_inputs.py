@@ -227,7 +227,7 @@ def test_2_stale_temp_folders_of_a_killed_run_are_removed(tmp_path):
     with staged_folder(tmp_path / "out", "demo") as tmp:
         (tmp / "report.json").write_text(json.dumps({"stage": "demo"}))
     assert not stale.exists() and live.exists()
-    assert json.loads((tmp_path / "out" / "report.json").read_text())["files"] == []
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["written_files"] == []
 
 
 def test_2_a_tarball_unpacked_by_a_killed_run_is_removed(qwen_dist, tmp_path, monkeypatch):  # noqa: F811
