@@ -117,6 +117,8 @@ def export(args: argparse.Namespace) -> int:
     # The registry is families.FAMILIES; each entry names its torch side (builders/<family>/family.py).
     fam = family_builder.load(declared_family(config.family, f"config {config.path}").builder)
     if args.static:  # the size is checked against the patch grid here, before any work
+        if args.dynamic_shapes:
+            raise UsageError("--static and --dynamic-shapes exclude each other: a static export has no dynamic dim")
         fam = static_export.StaticBuilder(fam, config, args.checkpoint, StaticSize.parse(args.static))
         args.ops = "standard"  # its attention is MatMul + Softmax
     exporter = "dynamo" if args.dynamo else "torchscript"
