@@ -35,6 +35,30 @@ def _dims_problem(name: str, value_type: onnx.TypeProto) -> str | None:
     return None
 
 
+#: Initializers past this many bytes enter shape inference by their dims and type only (a 2B tower's weights would
+#: otherwise be copied, and past protobuf's 2 GiB not serialise at all).
+LIGHT_BYTES = 1 << 16
+
+
+def _light(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose large initializers carry no data (dims and type are all shape inference reads of
+    them; the small ones, such as Reshape's shapes, keep their values for data propagation)."""
+    copy = onnx.ModelProto()
+    graph = model.graph
+    kept = list(graph.initializer)
+    graph.ClearField("initializer")
+    try:
+        copy.CopyFrom(model)
+    finally:
+        graph.initializer.extend(kept)
+    for tensor in kept:
+        if tensor.ByteSize() > LIGHT_BYTES:
+            copy.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        else:
+            copy.graph.initializer.append(tensor)
+    return copy
+
+
 def _standard_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     """For shape inference only: a copy whose com.microsoft QuantizeLinear / DequantizeLinear (what ONNX Runtime's
     quantizer writes for 16-bit types below opset 21; ONNX has no shape inference for them) are the standard ops at
@@ -63,7 +87,7 @@ def problems(model: onnx.ModelProto, limit: int = 20) -> list[str]:
                                               for a in node.attribute):
             found.append(f"node {node.name or '(unnamed)'} is {node.op_type}: a control-flow or data-dependent op")
     try:
-        inferred = onnx.shape_inference.infer_shapes(_standard_qdq(model), strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(_standard_qdq(_light(model)), strict_mode=True, data_prop=True)
     except Exception as err:  # noqa: BLE001 -- an op shape inference cannot take is a finding, not a crash
         return (found + [f"ONNX shape inference failed: {str(err).splitlines()[0]}"])[:limit]
     graph = inferred.graph
