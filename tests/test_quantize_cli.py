@@ -29,7 +29,8 @@ def int4_folder(optimized, tmp_path_factory):
 def test_optimized_model_is_fused_and_exact(optimized, exporter):
     model = ir.load(str(optimized[exporter] / "model.onnx"))
     report = json.loads((optimized[exporter] / "report.json").read_text())
-    assert len(support.all_ops(model, "MultiHeadAttention")) == support.DEPTH
+    # per block two: the batched If branch (segments of one size) and the Loop step (sizes that differ)
+    assert len(support.all_ops(model, "MultiHeadAttention")) == 2 * support.DEPTH
     assert len(support.ops(model, "RotaryEmbedding")) == 2 * support.DEPTH
     assert len(support.ops(model, "LayerNormalization")) >= 2 * support.DEPTH
     assert not support.ops(model, "SkipLayerNormalization")  # ORT's CPU kernel is ~4x slower than the pair
