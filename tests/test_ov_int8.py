@@ -57,6 +57,7 @@ def test_the_stage_is_at_its_floor_at_every_layout(stage, tiny_optimized):
     layouts = layouts_mod.layouts_for(model_file, metadata, of_model(metadata, model_file))
     inputs = layouts_mod.layout_inputs(of_model(metadata, model_file), layouts, metadata)
     assert [c["case"] for c in report["validation"]["cases"]] == [lay["case"] for lay in layouts]
+    assert report["reverse_order"] == {"identical": True, "cases": len(layouts)}
     assert any(lay["case"].startswith("same patch count") for lay in layouts)
     fp32 = open_session(model_file, 1)
     quantized = OpenVINOSession(stage / "model.xml", 1, report["validation"]["engine"].split()[-1])
