@@ -69,7 +69,7 @@ def qdq_onnx(stage: Path, dst: Path) -> Path:
     source = onnx_io.model_path(report["input"])
     config = report["config"]
     options = ov_int8.OvInt8Options(config["min_cosine"], config["smooth_alpha"], config["outliers"],
-                                    config["stress_target"], tuple(config["exclude"]), config["precision"])
+                                    config["stress_target"], tuple(config["exclude"]))
     floats = {n["node"] for n in report["float_weight_nodes"]}
     floats |= set(report["attention"]["matmuls_of_two_activations"])
     model = onnx.load(str(source))

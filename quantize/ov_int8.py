@@ -224,11 +224,10 @@ class Quantizer:
 
     def settings(self) -> dict:
         """What goes into the report's config."""
-        return {"nncf": NNCF_VERSION, "backend": "openvino", "model_type": "TRANSFORMER", "preset": "MIXED",
+        return {"nncf": f"{NNCF_VERSION} (OpenVINO backend, TRANSFORMER, MIXED)",
                 "weights": "int8 per output channel, symmetric, 7 bits (overflow_fix ENABLE)",
-                "activations": "uint8 per tensor, asymmetric, min/max over the calibration set (MINMAX)",
-                "smooth_quant_alpha": self.options.smooth_alpha, "ignored_types": list(IGNORED_TYPES),
-                "calibration_items": len(self.feeds)}
+                "activations": "uint8 per tensor, asymmetric, min/max over the calibration set",
+                "ignored_types": list(IGNORED_TYPES)}
 
     def __call__(self, float_names: list[str]):
         nncf = _nncf()
@@ -487,7 +486,8 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
             report = {
                 **stage.report_header(STAGE, source),
                 "format": "OpenVINO IR (model.xml + model.bin)",
-                "config": {**asdict(options), "exclude": list(options.exclude), **quantize.settings()},
+                "config": {**{k: v for k, v in asdict(options).items() if k not in ("threads", "precision")},
+                           "exclude": list(options.exclude), **quantize.settings()},
                 "calibration": {**about, "items": len(quantize.feeds)},
                 "quantized_nodes": len(quantized),
                 "weight_only_int8": weight_only,
