@@ -10,8 +10,8 @@ query chunk, padded to Q rows and compressed after).
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
 from pathlib import Path
 
 import onnx_ir as ir
@@ -39,7 +39,11 @@ def inline_else(model: ir.Model) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    build, out = (Path(a) for a in (argv if argv is not None else sys.argv[1:]))
+    parser = argparse.ArgumentParser(prog="python -m bench.loop_baseline", description=__doc__.splitlines()[0])
+    parser.add_argument("build", type=Path, help="build/MODEL of `make export` (optimized and int8 stages)")
+    parser.add_argument("out", type=Path, help="a new folder for OUT/{optimized,int8}")
+    args = parser.parse_args(argv)
+    build, out = args.build, args.out
     for stage in ("optimized", "int8"):
         source = onnx_io.model_path(build / stage)
         model = ir.load(str(source))
