@@ -285,7 +285,8 @@ def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys)
 
 
 def test_precision_without_openvino_is_one_line(qwen_dist, photos, tmp_path, capsys):
+    """--precision with --engine onnxruntime (alone it means OpenVINO: tests/test_path_choice.py)."""
     code, _, err = embed([photos["coffee"], "--package", qwen_dist / QWEN, "--out", tmp_path / "x.npz",
-                          "--precision", "bf16"], capsys)
+                          "--engine", "onnxruntime", "--precision", "bf16"], capsys)
     assert code == 2 and "needs --engine openvino" in single_error(err)
     assert not (tmp_path / "x.npz").exists()
