@@ -98,7 +98,7 @@ def run_python(package: Path, variant: str, call: list[Path], out: Path) -> dict
 
     npz = out / "python.npz"
     code = runtime_cli.main(["embed", *map(str, call), "--package", str(package), "--variant", variant,
-                             "--out", str(npz), "--force", "--threads", "1"])
+                             "--out", str(npz), "--force", "--threads", "1", "--engine", "onnxruntime"])
     if code:
         raise UsageError(f"python -m runtime embed exited {code}")
     with np.load(npz) as data:

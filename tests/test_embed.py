@@ -71,8 +71,12 @@ def qwen_eager(tiny_exports):
 
 
 def embed(argv: list, capsys) -> tuple[int, str, str]:
+    """`runtime embed ARGV --threads 1` on ONNX Runtime unless ARGV names an engine or precision (these tests
+    compare with the eager model at the export's tolerance; `--engine auto` may pick OpenVINO bf16 on AMX)."""
     capsys.readouterr()
-    code = runtime_cli.main(["embed", *map(str, argv), "--threads", "1"])
+    argv = [*map(str, argv)]
+    engine = [] if {"--engine", "--precision"} & set(argv) else ["--engine", "onnxruntime"]
+    code = runtime_cli.main(["embed", *argv, "--threads", "1", *engine])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

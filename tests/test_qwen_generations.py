@@ -268,7 +268,7 @@ def test_embed_equals_the_processor_and_eager_model(packages, models, family, tm
     frames = write_frames(tmp_path / "frames", 5, 240, 320)
     out = tmp_path / "embeds.npz"
     argv = ["embed", *(str(photos[n]) for n in names), "--video", str(tmp_path / "frames"), "--package",
-            str(packages[family]), "--out", str(out), "--threads", "1"]
+            str(packages[family]), "--out", str(out), "--threads", "1", "--engine", "onnxruntime"]
     assert runtime_cli.main(argv) == 0
     visual = models[family]
     video_processor = (transformers_qwen2_video_processor if GENERATIONS[family].video_budget == "frame"
