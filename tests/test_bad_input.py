@@ -37,8 +37,9 @@ def test_unknown_vision_key(tmp_path, capsys):
 
 
 def test_missing_checkpoint_folder(tmp_path, capsys):
+    """A local-looking path that does not exist: one line, never a hub lookup (issue 34)."""
     msg = run_export(["--model", "qwen3-vl-tiny", "--checkpoint", str(tmp_path / "nope")], tmp_path, capsys)
-    assert "not a folder" in msg
+    assert "does not exist (a local path" in msg
 
 
 def test_unsupported_opset(tmp_path, capsys):
