@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.flops import encoder_flops
+from bench.runtime_worker import profile_of
 from bench.runtimes import Worker
 from bench.timing import load_average, write_results
 from builders.config import load_config
@@ -68,6 +69,7 @@ def peaks(threads: int) -> dict[str, float | None]:
 def paths(build: Path) -> dict[str, dict]:
     """label -> worker `open` command (without threads) for every path this build and machine have."""
     from core import openvino_session
+    from core.engine import default_precision
 
     export = json.loads((build / "export" / "report.json").read_text())
     found = {REFERENCE: {"engine": "torch", "file": export["model"], "seed": export.get("seed", 0), "precision": "f32"},
@@ -82,9 +84,7 @@ def paths(build: Path) -> dict[str, dict]:
         ov_int8 = [p for p in (build / "ov-int8").glob("model.*") if p.suffix in (".xml", ".onnx")] \
             if (build / "ov-int8").is_dir() else []
         if ov_int8:
-            found["OV INT8"] = {"engine": "openvino", "file": str(ov_int8[0]),
-                                "precision": openvino_session.default_precision()
-                                if hasattr(openvino_session, "default_precision") else "f32"}
+            found["OV INT8"] = {"engine": "openvino", "file": str(ov_int8[0]), "precision": default_precision()}
     return {label: c for label, c in found.items() if c["engine"] == "torch" or Path(c["file"]).exists()}
 
 
@@ -214,25 +214,20 @@ def attention_profile(vision: dict, grid: list[list[int]], precision: str, threa
     request = compiled.create_infer_request()
     feeds = {n: np.random.default_rng(0).standard_normal((frames, rows, width), dtype=np.float32) for n in "qkv"}
     request.infer(feeds)
-    request.infer(feeds)
-    totals: dict[tuple, float] = {}
-    for info in request.profiling_info:
-        key = (info.node_type, info.exec_type)
-        totals[key] = totals.get(key, 0.0) + info.real_time.total_seconds()
-    return [{"type": t, "exec": e, "seconds": round(v, 4)} for (t, e), v in
-            sorted(totals.items(), key=lambda item: -item[1]) if v > 0][:6]
+    request.infer(feeds)  # the second run's profile, as bench.runtime_worker's
+    return profile_of(request)[:6]
 
 
 def embed_race(package: Path, config: str, seed: int, size: int, threads: int, reps: int, tmp: Path) -> dict:
     """Process wall time of `python -m runtime embed` (the package's default path) and of a PyTorch bf16 process,
     both on EMBED_PHOTOS resized to `size`; interleaved, `reps` rounds."""
+    from PIL import Image
+
     from quantize import calibration
 
     photos = []
     for name in EMBED_PHOTOS:
         path = tmp / f"{name}-{size}.png"
-        from PIL import Image
-
         Image.fromarray(calibration.resized(calibration.photo(name), (size, size))).save(path)
         photos.append(str(path))
     weights = tmp / "weights.safetensors"

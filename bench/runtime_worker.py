@@ -94,6 +94,11 @@ def _profile(sess, feeds: dict) -> list[dict]:
     request = compiled.create_infer_request()
     for _ in range(2):  # the second run's profile: the first includes its first-run allocations
         request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
+    return profile_of(request)
+
+
+def profile_of(request) -> list[dict]:
+    """An OpenVINO infer request's last profile (PERF_COUNT): seconds per (layer type, kernel), largest first."""
     totals: dict[tuple, float] = {}
     for info in request.profiling_info:
         key = (info.node_type, info.exec_type)
