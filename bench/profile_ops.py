@@ -4,9 +4,9 @@ For each variant's stage model build/MODEL/VARIANT/model.onnx (default: optimize
 one photo resized to --size through the family's processor (`bench.timing.photo_feed`), --threads intra-op
 threads: the wall time of --reps runs after a warm-up without profiling, then the same with ONNX Runtime's
 profiler on (`enable_profiling`). The trace's kernel events (`"cat": "Node"`, `args.op_name`) are summed per
-op type and per category for the run with the median summed node time. Nodes inside a Loop body (the per-frame attention) are events of their own, counted
-under their op type; the Loop's event spans its body, so the Loop is counted by its own time (its span minus
-its body's kernels) and reported with its span. ORT fuses DynamicQuantizeLinear + MatMulInteger (+ Cast + Mul)
+op type and per category for the run with the median summed node time. Nodes inside an If or Loop body (the
+segment attention) are events of their own, counted under their op type; the If's or Loop's event spans its
+body, so it is counted by its own time (its span minus its body's kernels) and reported with its span. ORT fuses DynamicQuantizeLinear + MatMulInteger (+ Cast + Mul)
 into DynamicQuantizeMatMul at session load: that activation quantization is inside the integer MatMul time.
 A missing variant is one line and skipped. Writes bench/results/profile-MODEL.json and .md; ORT's trace files
 go to a temporary folder.
@@ -40,7 +40,8 @@ CATEGORIES: dict[str, frozenset[str]] = {
     "integer MatMul": frozenset({"MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QLinearMatMul",
                                  "MatMulNBits", "QGemm"}),
     "fp32 MatMul/Gemm": frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm"}),
-    "attention": frozenset({"MultiHeadAttention", "Attention", "Softmax", "Loop"}),
+    #: The segment attention is an If (one batched MHA when every segment has one size) around a Loop (per segment).
+    "attention": frozenset({"MultiHeadAttention", "Attention", "Softmax", "Loop", "If"}),
     "LayerNorm": frozenset({"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                             "SkipSimplifiedLayerNormalization", "RMSNormalization"}),
     "activation": frozenset({"Gelu", "FastGelu", "BiasGelu", "QuickGelu"}),
@@ -239,8 +240,8 @@ def markdown(result: dict) -> str:
     if any("MatMulNBits" in r["ops"] for r in result["variants"].values()):
         notes += ("MatMulNBits with accuracy_level 4 (the shipped INT8 and INT4 setting) quantizes its "
                   "activations to int8 inside the kernel: that time too is integer MatMul time. ")
-    notes += ("Loop bodies (the per-frame attention) are traced kernel by kernel: their nodes count under their "
-              "op types, the Loop under attention by its own time only (span minus body kernels).")
+    notes += ("If and Loop bodies (the segment attention) are traced kernel by kernel: their nodes count under "
+              "their op types, the If or Loop under attention by its own time only (span minus body kernels).")
     lines += [" ".join(parts), "", notes]
     return "\n".join(lines) + "\n"
 

@@ -87,10 +87,13 @@ def _profile(sess, feeds: dict) -> list[dict]:
     kernel, precision), largest first."""
     import openvino
 
+    from core import openvino_session
+
     config = {"INFERENCE_PRECISION_HINT": sess.precision, "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": True}
     if getattr(sess, "threads", None):
         config["INFERENCE_NUM_THREADS"] = sess.threads
-    compiled = openvino.Core().compile_model(str(sess.path), "CPU", config)
+    core = openvino.Core()
+    compiled = openvino_session.compile_cpu(core, core.read_model(str(sess.path)), config)
     request = compiled.create_infer_request()
     for _ in range(2):  # the second run's profile: the first includes its first-run allocations
         request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})

@@ -94,6 +94,23 @@ def _port(port) -> Port:
     return Port(port.get_any_name(), _TYPES.get(port.get_element_type().get_type_name(), "tensor(unknown)"), shape)
 
 
+def compile_cpu(core, model, config: dict):
+    """`core.compile_model(model, "CPU", config)` for an `openvino.Model` of this tool's graphs, with every If's
+    outputs made model outputs too (callers read outputs by name; the extra ones are ignored).
+
+    Why: OpenVINO 2026.4.1's CPU plugin returns garbage (NaN, or errors of 1e-3 to 0.2) from the first inference
+    at each new input shape of the Qwen2-VL and Qwen2.5-VL encoders, whose segment attention is an If
+    (builders/qwen_vl/segment_attention.py); every later inference at that shape is right. With the If's outputs
+    also model outputs, the first inference is right too (the canary:
+    tests/test_qwen_generations.py::test_openvino_first_inference_per_shape_needs_the_if_taps). The cost is one
+    copy of each block's attention output per run.
+    """
+    taps = [op.output(i) for op in model.get_ops() if op.get_type_name() == "If" for i in range(op.get_output_size())]
+    if taps:
+        model.add_outputs(taps)
+    return core.compile_model(model, "CPU", config)
+
+
 class OpenVINOSession:
     """A compiled OpenVINO CPU model of an ONNX file (see the module docstring)."""
 
@@ -110,16 +127,17 @@ class OpenVINOSession:
         self.path, self.precision = Path(path), precision
         core = ov.Core()
         try:
+            model = core.read_model(str(path))
             # an IR's metadata is in the model (rt_info); an ONNX file's is read from the file below
-            model = core.read_model(str(path)) if is_ir(path) else str(path)
             meta = metadata(model) if is_ir(path) else None
-            self.compiled = core.compile_model(model, "CPU", config)
+            own = [p.get_any_name() for p in model.outputs]
+            self.compiled = compile_cpu(core, model, config)
         except RuntimeError as err:
             # whole, on one line: OpenVINO names the failing op at the end of a long message
             raise UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())}") from None
         self.request = self.compiled.create_infer_request()
         self._inputs = [_port(p) for p in self.compiled.inputs]
-        self._outputs = [_port(p) for p in self.compiled.outputs]
+        self._outputs = [_port(self.compiled.output(name)) for name in own]
         if meta is None:
             meta = {p.key: p.value for p in onnx_io.read_proto(path).metadata_props}
         self._meta = ModelMeta(meta)

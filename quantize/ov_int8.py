@@ -306,7 +306,7 @@ def sensitivity(fp32, quantized, feed: dict[str, np.ndarray], threads: int, grou
                 model.add_outputs(by_source[key])
             taps.append(by_source[key])
         config = {"INFERENCE_PRECISION_HINT": "f32", **({"INFERENCE_NUM_THREADS": threads} if threads else {})}
-        compiled = ov.Core().compile_model(model, "CPU", config)
+        compiled = openvino_session.compile_cpu(ov.Core(), model, config)
         results = compiled(feed)
         for name, tap in zip(chunk, taps):
             x = results[compiled.output(tap)]

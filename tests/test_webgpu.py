@@ -122,7 +122,7 @@ def test_cli_json_report_and_missing_install(every_variant_packages, tmp_path, c
     other = tmp_path / "notes.json"
     other.write_text('{"mine": 1}\n')
     assert runtime_cli.main(["webgpu-check", str(package), "--webgpu", str(home), "--json", str(other)]) == 2
-    assert "exists and is not an earlier result" in single_error(capsys.readouterr().err)
+    assert "exists and was not written by this tool" in single_error(capsys.readouterr().err)
     assert other.read_text() == '{"mine": 1}\n'
     assert runtime_cli.main(["webgpu-check", str(package), "--webgpu", str(home), "--variant", "q8"]) == 2
     assert "--variant q8: the package has fp32, fp16, int8, q4, q4f16" in single_error(capsys.readouterr().err)
