@@ -332,5 +332,63 @@ def run_browser(node: Path, package: Path, encoder: str, photo: Path, timeout: f
             "transformers_js": result.get("transformers_js")}
 
 
+#: The attention canary: one com.microsoft.MultiHeadAttention of CANARY_HEADS heads on [1, CANARY_ROWS, 64] query,
+#: key and value sliced from the photo's pixel_values (ONNX IR 8: onnxruntime-web reads IR 13 at most).
+CANARY_ROWS, CANARY_HEADS = 64, 4
+
+
+def attention_model(rows: int = CANARY_ROWS, heads: int = CANARY_HEADS):
+    """pixel_values [N, 1536] (N >= rows), grid_thw [I, 3] (unused) -> attended [1, rows, 64]: q, k, v are
+    columns 0-63, 64-127 and 128-191 of pixel_values' first `rows` rows."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def const(name, values):
+        return h.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(values, np.int64)))
+
+    nodes = [const("rows", [0, rows]), const("shape", [1, rows, 64]), const("axes", [0, 1])]
+    for i, x in enumerate("qkv"):
+        nodes += [const(f"{x}_start", [0, 64 * i]), const(f"{x}_end", [rows, 64 * (i + 1)]),
+                  h.make_node("Slice", ["pixel_values", f"{x}_start", f"{x}_end", "axes"], [f"{x}_rows"]),
+                  h.make_node("Reshape", [f"{x}_rows", "shape"], [x])]
+    nodes.append(h.make_node("MultiHeadAttention", ["q", "k", "v"], ["attended"], domain="com.microsoft",
+                             num_heads=heads))
+    graph = h.make_graph(nodes, "attention_canary",
+                         [h.make_tensor_value_info("pixel_values", T.FLOAT, ["N", 1536]),
+                          h.make_tensor_value_info("grid_thw", T.INT64, ["I", 3])],
+                         [h.make_tensor_value_info("attended", T.FLOAT, [1, rows, 64])])
+    return h.make_model(graph, ir_version=8, opset_imports=[h.make_opsetid("", 18), h.make_opsetid("com.microsoft", 1)])
+
+
+def chromium_version() -> str:
+    """`chromium --version`'s last line ("Chromium 150.0.7871.100 built on Debian ...")."""
+    done = subprocess.run([str(CHROMIUM), "--version"], capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else f"unknown ({CHROMIUM} --version printed nothing)"
+
+
+def attention_canary(node: Path, package: Path, photo: Path, work: Path) -> dict:
+    """Whether this browser's WebGPU runs onnxruntime-web's MultiHeadAttention right: `attention_model` in the page
+    (a copy of `package`'s configs under `work`, the photo's pixel_values as input) against ONNX Runtime's CPU EP.
+    Returns {chromium, rows, heads, max_abs, ratio (median browser / CPU), ok (max_abs <= 1e-4)}."""
+    import onnx
+    import onnxruntime as ort
+
+    folder = work / package.name
+    (folder / "onnx").mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "preprocessor_config.json"):
+        shutil.copyfile(package / name, folder / name)
+    onnx.save(attention_model(), folder / "onnx" / "attention.onnx")
+    browser = run_browser(node, folder, "attention.onnx", photo)
+    session = ort.InferenceSession(str(folder / "onnx" / "attention.onnx"), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"pixel_values": browser["pixels"],
+                                  "grid_thw": np.array(browser["grid_thw"], np.int64)})[0]
+    got = browser["outputs"]["attended"]
+    max_abs = float(np.abs(got - expected).max())
+    return {"chromium": chromium_version(), "rows": CANARY_ROWS, "heads": CANARY_HEADS, "max_abs": max_abs,
+            "ratio": float(np.median(got / expected)), "ok": max_abs <= 1e-4}
+
+
 if __name__ == "__main__":
     sys.exit(main())
