@@ -98,10 +98,11 @@ def default_path(build: Path) -> tuple[str, str]:
         report = build / stage / "report.json"
         if report.exists():
             data = json.loads(report.read_text())
+            validation = data.get("validation", {})
             variants.append({"name": name, "file": data.get("file", f"onnx/vision_encoder_{name}.onnx"),
                              "quantization": data.get("config", {}),
-                             "accuracy_vs_fp32": {"min_token_cosine": data.get("validation", {}).get(
-                                 "min_token_cosine")}})
+                             "accuracy_vs_fp32": {"min_token_cosine": validation.get("min_token_cosine"),
+                                                  "photos": validation.get("photos") or {}}})
     choice = path_choice.choose({"variants": variants})
     engine = {"onnxruntime": "ORT", "openvino": "OV"}[choice.path.engine]
     kind = {"fp32": choice.path.precision or "fp32", "int8": "INT8", "ov-int8": "INT8"}.get(choice.variant,

@@ -24,7 +24,7 @@ from core.errors import UsageError
 from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
-from quantize import outlier_channels, outlier_check, quantizers, stage
+from quantize import outlier_channels, outlier_check, photo_check, quantizers, stage
 from quantize.passes import smooth_activations, unfuse_attention
 
 
@@ -268,6 +268,8 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                 raise UsageError(f"the {stage_name} model reaches min per-token cosine {worst['min_token_cosine']:.5f} "
                                  f"against fp32 (at '{case}'), below --min-cosine {min_cosine}; nothing written "
                                  "(try other options, or a lower floor)")
+            with step("compare with fp32 on held-out photos", timings):
+                photos = photo_check.measure(source.path, model_file, threads)
             model = onnx_io.load(model_file)
             if mixed:
                 mixed["nbits_by_bits"] = quantizers.nbits_by_bits(model)
@@ -285,7 +287,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                 "fp32_weight_nodes": fp32,
                 "op_counts": stage.op_counts(model),
                 "validation": {"reference": "fp32 input model in ONNX Runtime", "machine": cpu.facts(), **worst,
-                               "cases": cases},
+                               "cases": cases, "photos": photos},
                 "outlier_channels": {
                     "ratio": outlier_ratio,
                     "how": ("input channels and output columns whose max |value| at the calibration layouts exceeds "

@@ -12,7 +12,8 @@ same build folders give the same bytes. Keys:
 - `stages`: per stage its validation numbers (per case, worst over outputs: max_abs, max_rel,
   min_cosine of the flattened output, min_token_cosine of its rows, ok)
 - `variants`: per variant its file, stage, size, quantization settings and accuracy against fp32 (fp16: emulated
-  float16 storage, `accuracy_vs_fp32`, and on the CPU EP, `accuracy_vs_fp32_cpu_ep`; the nodes kept fp32, `precision`)
+  float16 storage, `accuracy_vs_fp32`, and on the CPU EP, `accuracy_vs_fp32_cpu_ep`; int8/int4: also on held-out
+  real photos, `accuracy_vs_fp32.photos`; the nodes kept fp32, `precision`)
 - `smoke`: per smoke size the inputs' shapes and the outputs' shapes of the fp32 model
 - `files`: {path: {sha256, size}} of every other file of the package (models, data, configs)
 """
@@ -114,6 +115,9 @@ def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> d
     record["quantization"] = report.get("config", {})
     record["accuracy_vs_fp32"] = {"reference": f"{fp32.name} ({Path(report.get('input', '')).parent.name or '?'} stage)",
                                   **{k: val[k] for k in ("run", "max_abs", "min_cosine", "min_token_cosine") if k in val}}
+    photos = val.get("photos") or {}
+    if "min_token_cosine" in photos:  # int8/int4: on held-out real photos (quantize/photo_check.py)
+        record["accuracy_vs_fp32"]["photos"] = {k: photos[k] for k in ("photos", "sizes", "max_abs", "min_token_cosine")}
     if "cpu_execution_provider" in report:  # fp16: the figures above are emulated float16 storage
         cpu_ep = report["cpu_execution_provider"]
         record["accuracy_vs_fp32_cpu_ep"] = {k: cpu_ep[k] for k in ("run", "max_abs", "min_cosine", "min_token_cosine")

@@ -6,8 +6,10 @@ The rule, in order:
    engine; `--precision` alone implies OpenVINO; `--variant` alone picks the fastest engine for that variant.
 2. Otherwise the CPU's class (`cpu_class`: from /proc/cpuinfo flags) names an order of paths, fastest first
    (`RANKING`); the first path is taken whose engine is installed, whose variant the package ships, and whose
-   accuracy meets FLOOR: a quantized variant's min per-token cosine against fp32 over every validation layout, as
-   its stage measured it (`manifest.json`, `accuracy_vs_fp32.min_token_cosine`); OpenVINO's bf16 on the fp32 file
+   accuracy meets FLOOR: a quantized variant's min per-token cosine against fp32 over every validation layout
+   and over held-out real photos, as its stage measured them (`manifest.json`, `accuracy_vs_fp32.min_token_cosine`
+   and `accuracy_vs_fp32.photos.min_token_cosine`, quantize/photo_check.py; a variant without the photo figure,
+   packaged before the stages measured it, is not taken automatically); OpenVINO's bf16 on the fp32 file
    is held to the same floor by `runtime verify` (core.engine.BF16_FLOOR). A full-range INT8 file is skipped on a
    CPU whose int8 kernels saturate (`core.cpu.int8_saturates`).
 3. fp32 on ONNX Runtime is the last path, always there.
@@ -87,14 +89,17 @@ class Choice:
 
 
 def variant_accuracy(manifest: dict, variant: str) -> float | None:
-    """The variant's min per-token cosine against fp32 over every validation layout (1.0 for fp32; None when the
-    manifest does not record it)."""
+    """The variant's min per-token cosine against fp32, the lower of its validation layouts' and its held-out
+    photos' (1.0 for fp32; None when the manifest does not record both)."""
     if variant == "fp32":
         return 1.0
     for record in manifest.get("variants", []):
         if isinstance(record, dict) and record.get("name") == variant:
-            value = (record.get("accuracy_vs_fp32") or {}).get("min_token_cosine")
-            return float(value) if isinstance(value, (int, float)) else None
+            accuracy = record.get("accuracy_vs_fp32") or {}
+            values = [accuracy.get("min_token_cosine"), (accuracy.get("photos") or {}).get("min_token_cosine")]
+            if not all(isinstance(v, (int, float)) for v in values):
+                return None
+            return float(min(values))
     return None
 
 
@@ -119,7 +124,7 @@ def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool) -
         return f"no {path.variant} variant in the package"
     accuracy = variant_accuracy(manifest, path.variant)
     if accuracy is None or accuracy < FLOOR:
-        shown = "not recorded" if accuracy is None else f"{accuracy:.5f}"
+        shown = "on photos not recorded (package it again)" if accuracy is None else f"{accuracy:.5f}"
         return f"{path.variant} min per-token cosine {shown} < {FLOOR}"
     if _saturates(manifest, path.variant):
         return f"{path.variant} is full-range INT8 and this CPU's int8 kernels saturate"

@@ -1,0 +1,48 @@
+"""A quantized model against its fp32 input on held-out real photos: the accuracy `--engine auto` reads.
+
+Why: the stages' validation layouts feed random pixels. On Qwen3-VL-2B the shipped INT8 held min per-token cosine
+0.99822 there and 0.9979 on a real photo (bench/results/cpu-race.md): photos are what users embed, so a variant's
+accuracy for the default path (runtime/path_choice.py) is the lower of the two.
+
+The photos: HELD_OUT (skimage.data photos that no stage calibrates on, `quantize.calibration.STAGE_PHOTOS`) at
+SIZES (height, width), through the family's processor as `runtime embed` runs them (`quantize.calibration`).
+Each case is one photo: pixel_values [patches, patch dim] and grid_thw [1, 3] (Qwen) or the family's inputs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from core import onnx_io
+from core import parity as metrics
+from core.errors import UsageError
+from core.session import open_session
+from quantize import calibration
+
+HELD_OUT: tuple[str, ...] = tuple(p for p in calibration.PHOTOS if p not in calibration.STAGE_PHOTOS)[:2]
+#: (height, width): the size documents and chats send most, and a large non-square one.
+SIZES: tuple[tuple[int, int], ...] = ((448, 448), (768, 1024))
+
+
+def named_feeds(model_file: Path) -> list[tuple[str, dict]]:
+    """[(case name, feeds)] of HELD_OUT at SIZES for the model at `model_file` (its release processor)."""
+    metadata = onnx_io.metadata(model_file)
+    with tempfile.TemporaryDirectory(prefix="vision-onnx-photos-") as tmp:
+        folder = calibration.processor_folder(calibration.export_report(model_file), metadata, tmp)
+        return calibration.named_items(metadata, folder, sizes=SIZES, photos=HELD_OUT, video=False)
+
+
+def measure(fp32_file: Path, quantized_file: Path, threads: int) -> dict:
+    """{photos, sizes, min_token_cosine, min_cosine, max_abs, cases} of `quantized_file` against `fp32_file` on
+    the held-out photos; {skipped: why} when the photos cannot be made for the model (no export report in its
+    stages' input links, scikit-image missing): the default path then leaves the variant alone."""
+    try:
+        named = named_feeds(fp32_file)
+    except UsageError as err:
+        return {"skipped": str(err)}
+    layouts = [{"case": name} for name, _ in named]
+    inputs = [feeds for _, feeds in named]
+    reference = metrics.run_all(open_session(fp32_file, threads), inputs)
+    cases = metrics.check(open_session(quantized_file, threads), layouts, inputs, reference, tolerance=None)
+    return {"photos": list(HELD_OUT), "sizes": [list(s) for s in SIZES], **metrics.worst(cases), "cases": cases}
