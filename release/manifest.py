@@ -15,6 +15,10 @@ same build folders give the same bytes. Keys:
   float16 storage, `accuracy_vs_fp32`, and on the CPU EP, `accuracy_vs_fp32_cpu_ep`; int8/int4: also on held-out
   real photos, `accuracy_vs_fp32.photos`; the nodes kept fp32, `precision`)
 - `smoke`: per smoke size the inputs' shapes and the outputs' shapes of the fp32 model
+- `static_buckets` (only when the build has `static-WxH/` folders; `runtime.buckets`): per bucket its size, grid,
+  I/O, and per file (fp32, qdq, fp16) its files, size, stage and accuracy as its stage measured it (fp32: against
+  the eager model, `accuracy_vs_eager`; qdq and fp16: against the bucket's fp32, `accuracy_vs_fp32`, on photos for
+  qdq)
 - `files`: {path: {sha256, size}} of every other file of the package (models, data, configs)
 """
 
@@ -27,7 +31,8 @@ import onnx
 
 from core.errors import UsageError
 from families import Family
-from release.stages import Stage, Variant
+from release.stages import Stage, StaticBucket, Variant, bucket_head
+from runtime import buckets
 from runtime.verify import FORMAT, io_records, opsets, sha256
 
 
@@ -135,10 +140,50 @@ def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> d
     return record
 
 
+#: The figures of a stage's check kept in the manifest.
+FIGURES = ("run", "finite", "max_abs", "min_cosine", "min_token_cosine")
+#: Checks of the qnn stage (quantize/qnn.py) beside its gate on photos.
+QNN_CHECKS = ("photos", "calibration_photos", "random_layouts")
+
+
+def _figures(check: dict) -> dict:
+    record = {k: check[k] for k in FIGURES if k in check}
+    if check.get("cases"):
+        record["cases"] = [c.get("case") for c in check["cases"] if isinstance(c, dict)]
+    return record
+
+
+def static_record(bucket: StaticBucket, files: dict[str, dict], fp32_proto: onnx.ModelProto) -> dict:
+    """A static bucket's record (see the module docstring): `bucket_head`, the fp32 file's I/O, and per variant its
+    files, size, stage and accuracy."""
+    record = bucket_head(bucket)
+    record["inputs"], record["outputs"] = io_records(fp32_proto.graph.input), io_records(fp32_proto.graph.output)
+    fp32 = bucket.variants[0]
+    for entry, variant in zip(record["variants"], bucket.variants):
+        report = variant.stage.report
+        own = {path: rec for path, rec in files.items() if variant.owns(path)}
+        entry.update(files=sorted(own), size=sum(rec["size"] for rec in own.values()),
+                     stage=f"{variant.stage.folder.parent.name}/{variant.stage.name}")
+        if variant is fp32:
+            entry["accuracy_vs_eager"] = validation(report)
+            continue
+        val = report.get("validation", {})
+        entry["quantization"] = report.get("config", {})
+        accuracy = {"reference": f"fp32 ({fp32.path})", **_figures(val)}
+        accuracy.update({k: _figures(val[k]) for k in QNN_CHECKS if isinstance(val.get(k), dict)})
+        if "min_token_cosine" not in accuracy and "min_token_cosine" in report:  # qnn: its gate, on photos
+            accuracy["min_token_cosine"] = report["min_token_cosine"]
+        entry["accuracy_vs_fp32"] = accuracy
+        if "cpu_execution_provider" in report:  # fp16: the figures above are emulated float16 storage
+            entry["accuracy_vs_fp32_cpu_ep"] = _figures(report["cpu_execution_provider"])
+    return record
+
+
 def build(name: str, fam: Family, stages: dict[str, Stage], chosen: list[Variant], fp32_proto: onnx.ModelProto,
-          smoke: list[dict], files: dict[str, dict]) -> dict:
-    """The manifest (see the module docstring)."""
+          smoke: list[dict], files: dict[str, dict], static: list[tuple[StaticBucket, onnx.ModelProto]] = ()) -> dict:
+    """The manifest (see the module docstring); `static`: each static bucket with its fp32 file's proto."""
     export = stages["export"].report
+    static_records = {buckets.KEY: [static_record(b, files, proto) for b, proto in static]} if static else {}
     return {
         "format": FORMAT,
         "name": name,
@@ -157,6 +202,7 @@ def build(name: str, fam: Family, stages: dict[str, Stage], chosen: list[Variant
         "stages": [stage_record(s) for s in stages.values()],
         "variants": [variant_record(v, files, chosen[0]) for v in chosen],
         "smoke": smoke,
+        **static_records,
         "files": dict(sorted(files.items())),
     }
 

@@ -9,6 +9,9 @@
     manifest.json                                          release/manifest.py
     README.md                                              release/card.py (from the manifest alone)
     SHA256SUMS                                             `sha256sum -c` format, every other file
+    onnx/vision_encoder_static_WxH[_qdq|_fp16].onnx        per `static-WxH/` folder of the build (its export, qnn
+                                                           and fp16 stages: release/stages.py, docs/npu.md), listed
+                                                           under `static_buckets` in config.json and the manifest
 
 and `dist/PACKAGE.tar.gz` (release/tarball.py, reproducible). PACKAGE is the export's model name
 (`qwen3-vl-2b` for `build/qwen3-vl`). The folder is written to a temp folder beside it and renamed
@@ -89,6 +92,8 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
     name = name or export.get("model") or Path(build).name
     chosen = stages.variants(found)
     fp32 = chosen[0]
+    static = stages.read_static(build, found["export"])
+    static_files = [v for b in static for v in b.variants]
     metadata = onnx_io.metadata(fp32.stage.model)
     out = Path(dist) / name
     archive = Path(dist) / f"{name}.tar.gz"
@@ -97,15 +102,16 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
         raise UsageError(f"{archive} exists but {out}/ is not an earlier package beside it; refusing to replace "
                          "it: move it away, give --dist/--name, or --force to replace it")
     say(f"package {name}: fp32 from the {fp32.stage.name} stage"
-        + "".join(f", {v.name} from {v.stage.name}" for v in chosen[1:]))
+        + "".join(f", {v.name} from {v.stage.name}" for v in chosen[1:])
+        + (f"; static buckets {', '.join(b.size.name for b in static)} ({len(static_files)} files)" if static else ""))
     with staged_folder(out, STAGE, inputs=[build], force=earlier, listed=package_files) as tmp:
         onnx_dir = tmp / "onnx"
-        with step(f"copy {len(chosen)} model(s)", timings, "copy"):
-            for v in chosen:
+        with step(f"copy {len(chosen) + len(static_files)} model(s)", timings, "copy"):
+            for v in [*chosen, *static_files]:
                 v.copy_to(tmp)
         with step("write config.json and preprocessor_config.json", timings, "configs"):
             fam.release.write_config(export, metadata, tmp)
-            stages.list_in_config(tmp / "config.json", chosen)
+            stages.list_in_config(tmp / "config.json", chosen, static)
             fam.release.write_processor(export, metadata, tmp)
         with step("run fp32 at the smoke sizes", timings, "smoke"):
             smoke_records = smoke_shapes(fam.name, tmp, onnx_dir / fp32.file, threads)
@@ -113,7 +119,8 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
             files = {p.relative_to(tmp).as_posix(): manifest_mod.file_record(p)
                      for p in sorted(tmp.rglob("*")) if p.is_file()}
             proto = onnx_io.read_proto(onnx_dir / fp32.file)
-            manifest = manifest_mod.build(name, fam, found, chosen, proto, smoke_records, files)
+            static_protos = [(b, onnx_io.read_proto(onnx_dir / b.variants[0].file)) for b in static]
+            manifest = manifest_mod.build(name, fam, found, chosen, proto, smoke_records, files, static_protos)
             manifest_mod.add_speed(manifest, Path(build), chosen)
             onnx_io.write_json(tmp / MANIFEST, manifest)
             (tmp / CARD).write_text(card.render(manifest))

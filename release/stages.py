@@ -7,6 +7,11 @@ onnx-community / transformers.js dtype suffixes (`vision_encoder_fp16.onnx`, `vi
 `vision_encoder_q4.onnx`, `vision_encoder_q4f16.onnx`); `config.json` lists them (`CONFIG_KEY`, `list_in_config`).
 The ov-int8 stage is an OpenVINO IR (model.xml + model.bin, `quantize/ov_int8.py`): its variant `ov-int8` is
 `openvino/vision_encoder_int8.xml` + `.bin`, which only OpenVINO runs (not listed under CONFIG_KEY, an ONNX list).
+
+Static buckets (`make export STATIC=WxH`, docs/npu.md): each `static-WxH/` folder of the build (`STATIC_PREFIX`) with
+its stages export, qnn and fp16 (`STATIC_STAGES`) becomes `onnx/vision_encoder_static_WxH.onnx` (fp32),
+`..._WxH_qdq.onnx` and `..._WxH_fp16.onnx` (`StaticVariant`, the one place that names them), listed under
+`runtime.buckets.KEY` (not CONFIG_KEY: a static file takes one size only).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pathlib import Path
 
 from core import onnx_io
 from core.errors import UsageError
+from families.static_size import StaticSize
+from runtime import buckets
 
 #: Stage folders in pipeline order (fp16, int8 and int4 each read the optimized stage; q4f16 reads it and int4's
 #: recipe).
@@ -35,6 +42,12 @@ MODEL_FILES = {"ov-int8": "model.xml"}
 BASE_NAME = "vision_encoder"
 #: The key of config.json that lists the package's variants: {dtype: file}.
 CONFIG_KEY = "onnx_variants"
+#: A static bucket's folder in a build: `static-` + `families.static_size.StaticSize.name` (WxH, FxWxH).
+STATIC_PREFIX = "static-"
+#: A static bucket's stage folders -> their variant names in the package, in package order (fp32 first).
+STATIC_STAGES = {"export": "fp32", "qnn": "qdq", "fp16": "fp16"}
+#: Metadata a static export shares with the dynamic export of the same build (else the build mixes models).
+SAME_MODEL_KEYS = ("family", "model", "weights", "seed")
 
 
 @dataclass
@@ -108,7 +121,10 @@ def read_build(build: str | Path) -> dict[str, Stage]:
         raise UsageError(f"build folder {build} does not exist; run `make export MODEL=...` first")
     stages = {name: s for name in STAGES if (s := read_stage(build / name, name)) is not None}
     if "export" not in stages:
-        raise UsageError(f"{build} has no export stage (export/model.onnx + report.json); run `make export` first")
+        static = any(p.is_dir() for p in build.glob(f"{STATIC_PREFIX}*"))
+        raise UsageError(f"{build} has no export stage (export/model.onnx + report.json); run `make export` first"
+                         + ("; a package ships its static buckets beside the dynamic export, so run it without "
+                            "STATIC too" if static else ""))
     return stages
 
 
@@ -127,9 +143,84 @@ def variants(stages: dict[str, Stage]) -> list[Variant]:
     return [Variant("fp32", fp32)] + chosen
 
 
-def list_in_config(config_file: Path, chosen: list[Variant]) -> dict:
-    """Add {dtype: `onnx/FILE`} of every variant to config.json under CONFIG_KEY; return the config."""
+def list_in_config(config_file: Path, chosen: list[Variant], static: list[StaticBucket] = ()) -> dict:
+    """Add {dtype: `onnx/FILE`} of every variant to config.json under CONFIG_KEY, and the static buckets (if any)
+    under `runtime.buckets.KEY`; return the config."""
     config = json.loads(config_file.read_text())
     config[CONFIG_KEY] = {v.name: v.path for v in chosen if v.folder == "onnx"}
+    if static:
+        config[buckets.KEY] = buckets.config_entries({buckets.KEY: [bucket_head(b) for b in static]})
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return config
+
+
+@dataclass
+class StaticVariant(Variant):
+    """A file of a static bucket: `name` fp32 | qdq | fp16 (STATIC_STAGES), its stage, and the bucket's size:
+    `onnx/vision_encoder_static_WxH[_qdq|_fp16].onnx`."""
+
+    size: StaticSize | None = None
+
+    @property
+    def folder(self) -> str:
+        return "onnx"
+
+    @property
+    def file(self) -> str:
+        suffix = "" if self.name == "fp32" else f"_{self.name}"
+        return f"{BASE_NAME}_static_{self.size.name}{suffix}.onnx"
+
+
+@dataclass
+class StaticBucket:
+    """One `static-WxH/` folder of a build: its size, its fp32 static export's metadata, and its variants (fp32
+    first)."""
+
+    size: StaticSize
+    metadata: dict[str, str]
+    variants: list[StaticVariant]
+
+
+def read_static(build: str | Path, dynamic: Stage) -> list[StaticBucket]:
+    """The static buckets of `build` (none when it has no `static-*/` folder), ordered by frames, width, height.
+
+    UsageError when a folder's name is not a size, it lacks its export stage, its export is of another size or of
+    another model than `dynamic` (the build's export stage), or a variant is older than its export."""
+    dynamic_meta = onnx_io.metadata(dynamic.model)
+    found = []
+    for folder in sorted(p for p in Path(build).glob(f"{STATIC_PREFIX}*") if p.is_dir()):
+        try:
+            size = StaticSize.parse(folder.name.removeprefix(STATIC_PREFIX))
+        except UsageError:
+            raise UsageError(f"{folder} is not a static bucket folder ({STATIC_PREFIX}WIDTHxHEIGHT); rename or remove "
+                             "it") from None
+        present = {name: s for name in STATIC_STAGES if (s := read_stage(folder / name, name)) is not None}
+        if "export" not in present:
+            raise UsageError(f"{folder} has no export stage; run make export STATIC={size.name}, or remove {folder}")
+        export = present["export"]
+        metadata = onnx_io.metadata(export.model)
+        if metadata.get("static_size") != size.name:
+            raise UsageError(f"{export.model} is the static export of {metadata.get('static_size') or 'no size'}, "
+                             f"not of its folder's {size.name}; re-run make export STATIC={size.name}")
+        for key in SAME_MODEL_KEYS:
+            if metadata.get(key) != dynamic_meta.get(key):
+                raise UsageError(f"{export.model} has {key} {metadata.get(key)!r}, the build's export "
+                                 f"{dynamic.model} {dynamic_meta.get(key)!r}: the build mixes models; re-run make "
+                                 f"export STATIC={size.name} with the same model and weights")
+        for stage in present.values():
+            if stage.report.get("created", "") < export.report.get("created", ""):
+                raise UsageError(f"{stage.folder} ({stage.report.get('created')}) is older than its static export "
+                                 f"{export.folder} ({export.report.get('created')}): re-run make export "
+                                 f"STATIC={size.name}, or remove {stage.folder}")
+        variants = [StaticVariant(STATIC_STAGES[name], stage, size) for name, stage in present.items()]
+        found.append(StaticBucket(size, metadata, variants))
+    return sorted(found, key=lambda b: (b.size.frames, b.size.width, b.size.height))
+
+
+def bucket_head(bucket: StaticBucket) -> dict:
+    """What manifest.json (`runtime.buckets.KEY`) and config.json say first of a bucket: size, frames (a video's),
+    grid and each variant's name and file."""
+    size = bucket.size
+    return {"size": [size.width, size.height], **({"frames": size.frames} if size.frames else {}),
+            "grid_thw": json.loads(bucket.metadata["static_grid_thw"])[0],
+            "variants": [{"name": v.name, "file": v.path} for v in bucket.variants]}

@@ -15,7 +15,9 @@ Checks, in order (the first failure ends the run with exit 1 and one `error: FIL
    sizes, in f32 within the export's tolerance of ONNX Runtime's outputs and, where the CPU has bf16, in bf16
    at a min per-token cosine of at least `core.engine.BF16_FLOOR` against them (what `--engine openvino`
    runs by default there); each OpenVINO IR variant (ov-int8) runs there at its own floor
-   (runtime/verify_openvino.py; without OpenVINO an IR is checked by its checksums only, steps 1-3).
+   (runtime/verify_openvino.py; without OpenVINO an IR is checked by its checksums only, steps 1-3);
+6. static buckets (a package of a build with `static-WxH/` folders, runtime/buckets.py): each file's metadata and I/O
+   against its bucket, config.json's list, and a run at its own size only (runtime/verify_static.py).
 Exit 2 (bad input) when the path is not a package at all.
 """
 
@@ -311,8 +313,14 @@ def verify_folder(folder: Path, threads: int | None = None) -> str:
         "with their models and configs", TAG)
     runs = run_smoke(manifest, folder, threads)
     run_openvino(manifest, folder, threads)
+    from runtime import verify_static
+
+    static = verify_static.check(manifest, folder, threads, fail)
+    for line in static:
+        say(line, TAG)
     return (f"{manifest['name']}: {len(sums)} files, {len(manifest['variants'])} variant(s) "
-            f"({', '.join(v['name'] for v in manifest['variants'])}), {runs} smoke runs: all checks passed")
+            f"({', '.join(v['name'] for v in manifest['variants'])}), {runs} smoke runs"
+            + (f", {len(static)} static bucket(s)" if static else "") + ": all checks passed")
 
 
 def verify(path: str | Path, threads: int | None = None) -> str:
