@@ -11,7 +11,8 @@ outputs are split back per entry. FILE.npz holds:
 - Phi-4-multimodal (images only): `ENTRY.image_size` int64 [2] (HD canvas height, width),
   `ENTRY.num_crops` int64 (with the global crop), `ENTRY.image_features` [tokens, out_hidden].
 Bad input (unreadable image, empty folder, a package of another model, ...) is one `error:` line and
-exit 2, with nothing written.
+exit 2, with nothing written. `--engine qnn` runs the package's static buckets on Qualcomm's NPU instead
+(runtime/npu_embed.py: one bucket per image, `ENTRY.bucket` added).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from core.report import read_json_object
 from core.staging import add_clobber_argument, check_result_file, is_marked_result, staged_file
 from families import family
 from families.base import Pack
-from runtime import images, path_choice, unpack
+from runtime import images, npu, path_choice, unpack
 
 TAG = "embed"
 MODEL_STEM = "onnx/vision_encoder"
@@ -172,10 +173,13 @@ def add_arguments(parser) -> None:
                         help="replace an existing OUT that another command of this tool wrote (never a file it did not)")
     add_clobber_argument(parser)
     images.add_budget_argument(parser)
-    engines.add_arguments(parser)
+    engines.add_arguments(parser, also=("qnn",),
+                          also_help=", or qnn: the package's static buckets on Qualcomm's NPU (QNN EP, the npu "
+                                    "extra; --variant qdq by default, or fp16; docs/npu.md)")
+    npu.Htp.add_arguments(parser)
 
 
-FACTS = ("source", "grid_thw", "image_size", "num_crops")
+FACTS = ("source", "grid_thw", "image_size", "num_crops", "bucket")
 
 
 def describe(result: dict[str, np.ndarray], entry: str) -> str:
@@ -184,6 +188,8 @@ def describe(result: dict[str, np.ndarray], entry: str) -> str:
     source = sources[0] if len(sources) == 1 else f"{len(sources)} frames {sources[0]} .. {Path(sources[-1]).name}"
     if f"{entry}.grid_thw" in result:
         layout = "grid " + "x".join(str(int(v)) for v in result[f"{entry}.grid_thw"])
+        if f"{entry}.bucket" in result:  # --engine qnn (runtime/npu_embed.py): the static bucket it ran at
+            layout += ", bucket {}x{}".format(*result[f"{entry}.bucket"].tolist())
     else:
         layout = "HD {}x{}, {} crops".format(*result[f"{entry}.image_size"].tolist(), int(result[f"{entry}.num_crops"]))
     outputs = [k.split(".", 1)[1] for k in result if k.startswith(f"{entry}.") and k.split(".", 1)[1] not in FACTS]
@@ -195,8 +201,13 @@ def run(args) -> int:
     """The `embed` subcommand: print one line per entry, then what was written."""
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force,
-                   engines.from_args(args), args.max_image_pixels)
+    if args.engine == "qnn":  # the package's static buckets on the NPU
+        from runtime import npu_embed
+
+        result = npu_embed.from_args(args)
+    else:
+        result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force,
+                       engines.from_args(args), args.max_image_pixels)
     entries = [str(e) for e in result["entries"]]
     for entry in entries:
         print(describe(result, entry))

@@ -4,7 +4,7 @@ The NPU of Snapdragon phones and Copilot+ PCs, through ONNX Runtime's QNN execut
 `onnxruntime-qnn`, a plugin EP: the `npu` extra). On x86-64 Linux its HTP backend is Qualcomm's simulator of
 the NPU: it compiles and runs the same graph the device would, slowly (its times are not a device's speed).
 
-For each model (a model.onnx, a stage folder, or a package's `onnx/vision_encoder_static_*.onnx`):
+For each model (a model.onnx, a stage folder, or every static file a package's manifest lists, runtime/buckets.py):
 1. the session on the HTP backend with CPU fallback disabled (`session.disable_cpu_ep_fallback=1`): every node
    runs on the NPU, or the check fails with one line naming the first node the EP refused and its reason (read
    from the EP's own log), and what keeps the graph from being static (`core.static_graph`);
@@ -206,15 +206,24 @@ def reference_of(model_file: Path) -> Path:
     return model_file
 
 
-def models_in(path: Path) -> list[Path]:
-    """A model file, a stage folder's model.onnx, or a package's onnx/vision_encoder_static_*.onnx."""
+def models_in(path: Path) -> list[tuple[Path, Path | None]]:
+    """(model, its fp32 reference or None for itself) of a model file, a stage folder's model.onnx, or every static
+    file of a package (its manifest's `static_buckets`, runtime/buckets.py: each compared with its bucket's fp32)."""
+    from runtime import buckets, unpack
+
     path = Path(path)
-    if path.is_dir() and (path / "onnx").is_dir():
-        found = sorted((path / "onnx").glob("vision_encoder_static_*.onnx"))
+    if path.is_dir() and (path / "manifest.json").is_file():
+        try:
+            found = buckets.read(json.loads((path / "manifest.json").read_text()))
+        except (OSError, ValueError) as err:
+            raise UsageError(f"{path}/manifest.json is not readable JSON ({err})") from None
         if not found:
-            raise UsageError(f"{path} holds no onnx/vision_encoder_static_*.onnx (a package without static buckets)")
-        return found
-    return [onnx_io.model_path(path)]
+            raise UsageError(f"{path} is a package without static buckets (no {buckets.KEY} in its manifest): "
+                             "build them with make export STATIC=WxH and package again")
+        return [(unpack.inside(path, file, f"manifest.json's {buckets.KEY}"),
+                 None if name == "fp32" or "fp32" not in b.files else unpack.inside(path, b.files["fp32"], "fp32"))
+                for b in found for name, file in b.files.items()]
+    return [(onnx_io.model_path(path), None)]
 
 
 def photo_inputs(metadata: dict, images: list[Path] | None) -> list[tuple[str, dict[str, np.ndarray]]]:
@@ -299,7 +308,7 @@ def line(record: dict) -> str:
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", type=Path, metavar="MODEL_OR_PACKAGE",
-                        help="a static model.onnx, its stage folder, or a package with onnx/vision_encoder_static_*")
+                        help="a static model.onnx, its stage folder, or a package with static buckets")
     Htp.add_arguments(parser)
     parser.add_argument("--images", type=Path, nargs="+", metavar="FILE",
                         help="photos to run (default: scikit-image's sample photos)")
@@ -326,8 +335,8 @@ def run(args) -> int:
         args.json = check_result_file(args.json, [args.model], args.force, ".json", _earlier_report)
     devices()
     records = []
-    for model_file in models_in(args.model):
-        records.append(check_model(model_file, htp, args.images, args.reference, args.context_dir))
+    for model_file, reference in models_in(args.model):
+        records.append(check_model(model_file, htp, args.images, args.reference or reference, args.context_dir))
         print(line(records[-1]), flush=True)
     if args.json:
         with staged_file(args.json) as tmp:
