@@ -240,9 +240,7 @@ def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False
                 "finite": all(r["finite"] for r in runs.values()),
                 "min_token_cosine": min(r["min_token_cosine"] for r in gated.values()),
                 "op_counts": stage.op_counts(onnx_io.load(model_file)),
-                "files": files,
-                "input_files": input_files,
-                "size_ratio": sum(files.values()) / sum(input_files.values()),
+                **stage.size_record(files, input_files),
                 **stage.report_footer(timings),
             }
             reports.write(staged, report)

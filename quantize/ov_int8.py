@@ -503,9 +503,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
                 "floor": floor,
                 "reverse_order": order,
                 "outlier_stress": stress,
-                "files": files,
-                "input_files": input_files,
-                "size_ratio": sum(files.values()) / sum(input_files.values()),
+                **stage.size_record(files, input_files),
                 **stage.report_footer(timings),
             }
             reports.write(staged, report)

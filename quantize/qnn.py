@@ -131,8 +131,7 @@ def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False
                                "calibration_photos": seen, "random_layouts": layouts},
                 "min_token_cosine": photos["min_token_cosine"],
                 "op_counts": stage.op_counts(onnx_io.load(model_file)),
-                "files": files, "input_files": input_files,
-                "size_ratio": sum(files.values()) / sum(input_files.values()),
+                **stage.size_record(files, input_files),
                 **stage.report_footer(timings),
             }
             reports.write(staged, report)

@@ -81,6 +81,11 @@ def report_footer(timings: dict[str, float]) -> dict:
     return reports.footer(timings)
 
 
+def size_record(files: dict[str, int], input_files: dict[str, int]) -> dict:
+    """{files, input_files, size_ratio} of a stage's report: bytes per file of its model and of its input's."""
+    return {"files": files, "input_files": input_files, "size_ratio": sum(files.values()) / sum(input_files.values())}
+
+
 def op_counts(model: ir.Model) -> dict[str, int]:
     """{op type (domain-qualified unless standard): count}, nodes inside Loop/If bodies included."""
     counts: dict[str, int] = {}

@@ -304,9 +304,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
                               if prepared.stressed else None} if smooth else None,
                 "outlier_stress": stress,
                 "outlier_stress_worst_case": worst_case,
-                "files": files,
-                "input_files": input_files,
-                "size_ratio": sum(files.values()) / sum(input_files.values()),
+                **stage.size_record(files, input_files),
                 **stage.report_footer(timings),
             }
             del model

@@ -46,6 +46,14 @@ class TorchGeneration:
         """query, key [N, H, D]; cos, sin [N, D] -> the rotated (query, key), the generation's own function."""
         return self.modeling.apply_rotary_pos_emb_vision(query, key, cos, sin)
 
+    def rotated_qkv(self, attention, hidden_states, position_embeddings):
+        """The attention module's q, k, v of hidden_states [N, width], rotary applied to q and k: each [N, H, D]."""
+        qkv = attention.qkv(hidden_states).reshape(-1, 3, attention.num_heads, attention.head_dim)  # [N, 3, H, D]
+        query, key, value = qkv.permute(1, 0, 2, 3).unbind(0)
+        cos, sin = position_embeddings
+        query, key = self.apply_rotary(query, key, cos, sin)
+        return query, key, value
+
 
 QWEN2_VL = TorchGeneration(declared.QWEN2_VL, modeling_qwen2_vl, modeling_qwen2_vl.Qwen2VisionTransformerPretrainedModel,
                            modeling_qwen2_vl.VisionAttention, modeling_qwen2_vl.Qwen2VLVisionRotaryEmbedding, False)

@@ -36,10 +36,7 @@ def segment_attention_forward(generation: TorchGeneration):
         grid_thw = kwargs.get(GRID_KWARG)
         if grid_thw is None:
             raise ValueError(f"segment attention needs the {GRID_KWARG!r} keyword argument")
-        qkv = self.qkv(hidden_states).reshape(-1, 3, self.num_heads, self.head_dim)  # [N, 3, H, D]
-        query, key, value = qkv.permute(1, 0, 2, 3).unbind(0)  # each [N, H, D]
-        cos, sin = position_embeddings
-        query, key = generation.apply_rotary(query, key, cos, sin)
+        query, key, value = generation.rotated_qkv(self, hidden_states, position_embeddings)  # each [N, H, D]
         query, key, value = (x.reshape(1, -1, self.dim) for x in (query, key, value))  # [1, N, H*D]
         window = getattr(self, WINDOW_ATTR, 0)
         chunk = getattr(self, CHUNK_ATTR, CHUNK_ROWS["contrib"])

@@ -90,10 +90,7 @@ def static_attention_forward(generation: TorchGeneration):
         plan = getattr(self, PLAN_ATTR, None)
         if plan is None:
             raise ValueError(f"static attention needs the module attribute {PLAN_ATTR!r}")
-        qkv = self.qkv(hidden_states).reshape(-1, 3, self.num_heads, self.head_dim)  # [N, 3, H, D]
-        query, key, value = qkv.permute(1, 0, 2, 3).unbind(0)  # each [N, H, D]
-        cos, sin = position_embeddings
-        query, key = generation.apply_rotary(query, key, cos, sin)
+        query, key, value = generation.rotated_qkv(self, hidden_states, position_embeddings)  # each [N, H, D]
         return self.proj(batched_attention(query, key, value, plan, self.scaling))
 
     return forward
