@@ -114,6 +114,7 @@ endif
 # Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,
 # preprocessor_config.json, manifest.json, README.md, SHA256SUMS) and dist/NAME.tar.gz (reproducible);
 # NAME is the export's model (qwen3-vl -> qwen3-vl-2b). SPEED=1 first times each variant for the model card.
+# The build's static buckets (`make export STATIC=...`) ship beside the dynamic model: onnx/vision_encoder_static_WxH*.onnx.
 # Check it with `python -m runtime verify dist/NAME`. GENAI=1 CHECKPOINT=DIR (the checkpoint `make export` read)
 # also writes dist/MODEL-genai/, the folder onnxruntime-genai 0.18.0 loads (docs/genai.md).
 package: $(STAMP)

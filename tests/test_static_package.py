@@ -337,3 +337,28 @@ def test_embed_qnn_refuses_a_package_without_buckets(static_build, photo_files, 
     assert code == 2
     assert "has no static image buckets" in single_error(err)
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_a_static_file_with_external_data_ships_beside_it(static_build, tmp_path, capsys):
+    """A static export with external weights (as at 2B dims) ships as ..._WxH.onnx + ..._WxH.onnx_data, verified."""
+    import onnx
+
+    build = tmp_path / "build" / NAME
+    shutil.copytree(static_build / "export", build / "export")
+    folder = build / "static-64x64" / "export"
+    folder.mkdir(parents=True)
+    shutil.copyfile(static_build / "static-64x64" / "export" / "report.json", folder / "report.json")
+    proto = onnx.load(str(static_build / "static-64x64" / "export" / "model.onnx"))
+    onnx.save_model(proto, str(folder / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx.data", size_threshold=1024)
+    dist, _ = package(build, tmp_path / "dist", threads=1)
+    manifest = json.loads((dist / "manifest.json").read_text())
+    (record,) = manifest[buckets.KEY]
+    assert [v["files"] for v in record["variants"]] == [["onnx/vision_encoder_static_64x64.onnx",
+                                                          "onnx/vision_encoder_static_64x64.onnx_data"]]
+    code, out = verify(dist, capsys)
+    assert code == 0, out
+    (dist / "onnx/vision_encoder_static_64x64.onnx_data").unlink()
+    code, err = verify(dist, capsys)
+    assert code == 1
+    assert single_error(err) == "error: onnx/vision_encoder_static_64x64.onnx_data: missing (listed in SHA256SUMS)"
