@@ -1,7 +1,7 @@
 """The optimize stage: fused fp32 graph for ONNX Runtime's CPU kernels, checked by parity.
 
-Passes, in order, those the model's family declares (`Family.optimize_passes`: Qwen3-VL fold, gemm, ort,
-rotary; Phi-4-multimodal gemm, ort, unskipln), each rewriting the one in-memory model. The saved model is
+Passes, in order, those the model's family declares (`Family.optimize_passes`: the Qwen generations fold, gemm,
+patch, ort, rotary; Phi-4-multimodal gemm, ort, unskipln), each rewriting the one in-memory model. The saved model is
 checked against the input model's outputs at every validation layout; when it fails, the stage reloads the input and applies
 the passes again one at a time, each checked at the failing layouts only, and names the first pass beyond
 tolerance. `--checks each` also checks each pass at a few layouts as it goes
@@ -10,6 +10,7 @@ the largest), `--checks all` at every layout: at 2B dims that costs minutes and 
 model's check does not, so it is not the default.
   fold      static dims and constants (onnxscript optimizer)                 static_dims
   gemm      Gemm -> MatMul + Add                                              gemm_to_matmul
+  patch     patch embedding Conv (kernel = stride) -> MatMul                  patch_matmul
   ort       ORT transformer optimizer: Gelu / FastGelu / LayerNormalization  ort_transformer
   rotary    2D RoPE -> RotaryEmbedding                                        rotary_embedding
   unskipln  SkipLayerNormalization -> Add + LayerNormalization                unfuse_skip_layer_norm
@@ -40,6 +41,7 @@ from quantize import stage
 from quantize.passes import (
     gemm_to_matmul,
     ort_transformer,
+    patch_matmul,
     rotary_embedding,
     static_dims,
     unfuse_skip_layer_norm,
@@ -59,6 +61,7 @@ def _in_place(apply: Callable[[ir.Model], int]) -> Callable[[ir.Model], tuple[ir
 PASSES: dict[str, tuple[str, Callable[[ir.Model], tuple[ir.Model, object]]]] = {
     "fold": ("fold static dims and constants", _in_place(static_dims.apply)),
     "gemm": ("Gemm -> MatMul + Add", _in_place(gemm_to_matmul.apply)),
+    "patch": ("patch embedding Conv -> MatMul", _in_place(patch_matmul.apply)),
     "ort": ("ONNX Runtime transformer optimizer (vit)", _ort),
     "rotary": ("2D rotary -> RotaryEmbedding", _in_place(rotary_embedding.apply)),
     "unskipln": ("SkipLayerNormalization -> Add + LayerNorm", _in_place(unfuse_skip_layer_norm.apply)),

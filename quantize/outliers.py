@@ -109,6 +109,12 @@ def _writer(value: ir.Value, sums: set[int], hidden: int) -> list[tuple[ir.Node,
     return []
 
 
+def _is_patch_embedding(node: ir.Node, kind: str) -> bool:
+    """A Conv writer, or a MatMul writer that reads a model input (the patch Conv as a MatMul:
+    quantize/passes/patch_matmul.py)."""
+    return kind == "Conv" or (kind == "MatMul" and node.inputs[0] is not None and node.inputs[0].is_graph_input())
+
+
 #: Which writers of the stream get the factors. "every" (the check's copy): every weight and bias, so each
 #: block's input-dependent update of the outlier channels is scaled too. "embedding": the patch embedding
 #: (weights and bias) and the SkipLayerNormalization bias terms only: the outliers are made once and pushed
@@ -139,7 +145,7 @@ def stress(model: ir.Model, channels: list[int] | None = None, factors: list[flo
         found = _writer(value, sums, hidden)
         if not found and id(value) not in sums:
             not_traced.append(value.name)
-        if writers == "embedding" and not any(kind == "Conv" for _, kind in found):
+        if writers == "embedding" and not any(_is_patch_embedding(node, kind) for node, kind in found):
             continue
         for node, kind in found:
             if id(node) in seen:

@@ -64,6 +64,8 @@ WHY_CONV = ("Convolution: the patch embedding reads the raw pixels, whose range 
 #: Node types NNCF leaves float: the patch embedding (WHY_CONV), and OpenVINO's fused attention, whose query and
 #: key inputs NNCF's transformer model type would quantize (attention stays float: bf16 where the CPU has it).
 IGNORED_TYPES = ("Convolution", "ScaledDotProductAttention")
+#: Why the patch embedding as a MatMul (quantize/passes/patch_matmul.py) is left float: WHY_CONV's reason.
+WHY_PIXELS = "MatMul reading the model's input (the patch embedding)" + WHY_CONV.removeprefix("Convolution")
 WHY_EXCLUDE, WHY_STRESS, WHY_FLOOR = "excluded (--exclude)", "excluded (outlier stress)", "excluded (--min-cosine)"
 
 
@@ -158,6 +160,13 @@ def matmuls(model) -> tuple[list[str], list[str]]:
         if node.get_type_name() == "MatMul":
             (weighted if _constant_path(node.input_value(1)) else activations).append(node.get_friendly_name())
     return weighted, activations
+
+
+def pixel_matmuls(model) -> list[str]:
+    """Names of the MatMuls with a constant weight that read a model input (Parameter): the patch embedding."""
+    return [node.get_friendly_name() for node in model.get_ordered_ops()
+            if node.get_type_name() == "MatMul" and _constant_path(node.input_value(1))
+            and node.input_value(0).get_node().get_type_name() == "Parameter"]
 
 
 ATTENTION_OPS = ("ScaledDotProductAttention", "MatMul", "FakeQuantize")
@@ -455,10 +464,13 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
         with step("read IN in OpenVINO", timings):
             fp32 = read_fp32(source.path, work_dir)
         weighted, attention = matmuls(fp32)
+        pixels = pixel_matmuls(fp32)
+        weighted = [n for n in weighted if n not in pixels]
         skip = weight_stage.excluded([(n, n) for n in weighted], list(options.exclude))
         if weighted and len(skip) == len(weighted):
             raise UsageError(f"--exclude {' '.join(options.exclude)} matches all {len(weighted)} MatMul(s): nothing "
                              "would be quantized; narrow the pattern")
+        user_skip, skip = skip, skip + pixels
         if not weighted:
             raise UsageError(f"{source.path} has no MatMul with a constant weight in OpenVINO's reading: nothing to "
                              "quantize")
@@ -480,7 +492,8 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
             # int8 weights under float activations (none seen so far: listed should NNCF leave one so)
             weight_only = [n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == "MatMul"
                            and n.get_friendly_name() not in quantized and _int8_weight(n.input_value(1))]
-            reason = {**{n: WHY_EXCLUDE for n in skip}, **{n: WHY_STRESS for n in stress_skip},
+            reason = {**{n: WHY_EXCLUDE for n in user_skip}, **{n: WHY_PIXELS for n in pixels},
+                      **{n: WHY_STRESS for n in stress_skip},
                       **{n: WHY_FLOOR for n in floor_skip}}
             files, input_files = openvino_session.ir_file_sizes(model_file), onnx_io.file_sizes(source.path)
             report = {
@@ -492,7 +505,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
                 "quantized_nodes": len(quantized),
                 "weight_only_int8": weight_only,
                 "float_weight_nodes": [{"node": n, "reason": reason.get(n, "left by NNCF")}
-                                       for n in weighted if n not in quantized and n not in weight_only]
+                                       for n in weighted + pixels if n not in quantized and n not in weight_only]
                 + [{"node": n.get_friendly_name(), "reason": WHY_CONV} for n in model.get_ordered_ops()
                    if n.get_type_name() == "Convolution"],
                 "attention": {"matmuls_of_two_activations": attention, "quantized": sorted(set(attention) & set(quantized)),

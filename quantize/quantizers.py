@@ -61,9 +61,21 @@ def weight_nodes(model: ir.Model) -> list[tuple[ir.Node, str]]:
 
 
 def quantizable(model: ir.Model) -> list[tuple[ir.Node, str]]:
-    """The MatMul nodes with a constant 2-D weight (what both quantizers quantize)."""
+    """The MatMul nodes with a constant 2-D weight (what both quantizers quantize), less `input_readers`."""
+    readers = set(input_readers(model))
     return [(n, w) for n, w in weight_nodes(model)
-            if n.op_type == "MatMul" and len(n.inputs[1].const_value.shape) == 2]
+            if n.op_type == "MatMul" and len(n.inputs[1].const_value.shape) == 2 and n.name not in readers]
+
+
+#: Why `input_readers` stay fp32 (the stages' reports give it per node).
+INPUT_READER_REASON = "reads the model's input (the patch embedding): kept fp32"
+
+
+def input_readers(model: ir.Model) -> list[str]:
+    """Names of the weight MatMuls that read a model input directly: the patch embedding as a MatMul
+    (quantize/passes/patch_matmul.py). The quantizers leave them fp32, as they left the Conv it replaced."""
+    return [n.name for n, _ in weight_nodes(model)
+            if n.op_type == "MatMul" and n.inputs[0] is not None and n.inputs[0].is_graph_input()]
 
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core import cpu, onnx_io
@@ -52,6 +52,8 @@ class Prepared:
     stressed: outlier_check.Stressed | None
     folder: tempfile.TemporaryDirectory
     worst: outlier_check.Stressed | None = None
+    #: MatMuls that read the model's input, kept fp32 (`quantizers.input_readers`)
+    input_readers: list[str] = field(default_factory=list)
 
 
 #: bench.sweep turns this on: the stages it runs one after the other on the same input then reuse the
@@ -97,6 +99,7 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
             say(f"unfused {unfused} Attention node(s) into MatMul q/k/v + MultiHeadAttention (for the quantizers)"
                 + "".join(f"; {name} left fused: {reason}" for name, reason in refused.items()))
         nodes = [(n.name, w) for n, w in quantizers.quantizable(source.model)]
+        readers = quantizers.input_readers(source.model)
         if not nodes:
             raise no_matmul_error(source.model)
         work_parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +107,7 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
         fp32_file = Path(folder.name) / "fp32.onnx"
         onnx_io.save(source.model, fp32_file)
         source.model = None  # one copy of the weights in memory at a time: the quantizers read the file
-        found = Prepared(source, fp32_file, nodes, None, folder)
+        found = Prepared(source, fp32_file, nodes, None, folder, input_readers=readers)
     else:
         say(f"reusing the reference outputs of {path} from the previous stage of this run")
     if stress and found.stressed is None:
@@ -218,6 +221,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         if len(skip) == len(prepared.nodes):
             raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(prepared.nodes)} MatMul(s): nothing "
                              "would be quantized; narrow the pattern")
+        user_skip, skip = skip, skip + prepared.input_readers
         split_record: dict[str, outlier_channels.Found] = {}
         probe = outlier_check.probe_indices(source.layouts)
         mixed = None
@@ -273,7 +277,9 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             model = onnx_io.load(model_file)
             if mixed:
                 mixed["nbits_by_bits"] = quantizers.nbits_by_bits(model)
-            reason = {**{n: "excluded (--exclude)" for n in skip}, **{n: "excluded (outlier stress)" for n in stress_skip},
+            reason = {**{n: "excluded (--exclude)" for n in user_skip},
+                      **{n: quantizers.INPUT_READER_REASON for n in prepared.input_readers},
+                      **{n: "excluded (outlier stress)" for n in stress_skip},
                       **outlier_channels.fp32_reasons(split_record.get(prepared.fp32_file.name, {}))}
             fp32 = [{"node": n.name, "op": n.op_type, "weight": w, "shape": list(n.inputs[1].const_value.shape),
                      "reason": reason.get(n.name, "not a MatMul" if n.op_type != "MatMul" else "left by the quantizer")}

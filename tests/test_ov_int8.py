@@ -71,8 +71,9 @@ def test_the_stage_is_at_its_floor_at_every_layout(stage, tiny_optimized):
 def test_weights_and_activations_int8_attention_float(stage):
     """Most weight MatMuls take int8 activations and weights (one FakeQuantize each, before them or before a
     reshape, that feeds nothing but them; int8 constants); the
-    attention (OpenVINO's ScaledDotProductAttention in the If and Loop bodies) and the patch-embedding Convolution stay
-    float; whatever else stays float is named with its reason."""
+    attention (OpenVINO's ScaledDotProductAttention in the If and Loop bodies) and the patch embedding (a MatMul
+    reading pixel_values since the optimize stage's patch pass) stay float; whatever else stays float is named with
+    its reason."""
     import openvino as ov
 
     report = json.loads((stage / "report.json").read_text())
@@ -84,8 +85,9 @@ def test_weights_and_activations_int8_attention_float(stage):
     attention = report["attention"]
     sdpa = attention["in_subgraphs"]["ScaledDotProductAttention"] + attention["in_main_graph"]["ScaledDotProductAttention"]
     assert sdpa >= 4 and attention["in_subgraphs"]["FakeQuantize"] == 0 and attention["quantized"] == []
-    conv = next(op for op in model.get_ordered_ops() if op.get_type_name() == "Convolution")
-    assert conv.input_value(0).get_node().get_type_name() != "FakeQuantize"
+    pixels = ov_int8.pixel_matmuls(model)
+    assert len(pixels) == 1 and pixels[0] not in quantized
+    assert {"node": pixels[0], "reason": ov_int8.WHY_PIXELS} in report["float_weight_nodes"]
     fake_quantize = [op for op in model.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
     assert fake_quantize and len(fake_quantize) == len(quantized)
     readers, todo = set(), [op.output(0) for op in fake_quantize]

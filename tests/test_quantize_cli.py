@@ -6,6 +6,7 @@ import onnx_ir as ir
 import pytest
 
 from quantize import __main__ as cli
+from quantize import quantizers
 from tests import test_quantize_support as support
 from tests.conftest import single_error
 
@@ -46,7 +47,8 @@ def test_int4_quantizes_every_linear_layer(int4_folder):
     model = ir.load(str(int4_folder / "model.onnx"))
     report = json.loads((int4_folder / "report.json").read_text())
     assert len(support.ops(model, "MatMulNBits")) == 4 * support.DEPTH + 2 * 3
-    assert [n["op"] for n in report["fp32_weight_nodes"]] == ["Conv"]  # only the patch embedding
+    # only the patch embedding (a MatMul reading pixel_values since the optimize stage's patch pass)
+    assert [(n["op"], n["reason"]) for n in report["fp32_weight_nodes"]] == [("MatMul", quantizers.INPUT_READER_REASON)]
     outputs = report["validation"]["cases"][0]["outputs"]
     assert set(outputs) == {"image_features", "deepstack_embeds_0", "deepstack_embeds_1"}
     assert all(0.9 < o["cosine"] <= 1 + 1e-9 for c in report["validation"]["cases"] for o in c["outputs"].values())

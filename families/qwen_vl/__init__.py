@@ -75,7 +75,7 @@ def make_family(generation: Generation) -> Family:
         layout_inputs=layout_inputs,
         default_layouts=default_layouts,
         # Attention needs no pass: the export runs it per frame (or window) as MultiHeadAttention inside a Loop.
-        optimize_passes=("fold", "gemm", "ort", "rotary"),
+        optimize_passes=("fold", "gemm", "patch", "ort", "rotary"),
         optimize_options=lambda metadata: {"num_heads": 0, "hidden_size": 0},
         surgery_checks=("debake", "audit", "claims"),
         release=Release(release.config_writer(generation), release.processor_writer(generation), release.ACCEPTS,
