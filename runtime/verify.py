@@ -134,21 +134,22 @@ def opsets(proto: onnx.ModelProto) -> dict[str, int]:
     return {(o.domain or "ai.onnx"): o.version for o in sorted(proto.opset_import, key=lambda o: o.domain)}
 
 
-def check_variant_model(manifest: dict, variant: dict, folder: Path) -> dict[str, str]:
-    """One variant's file against the manifest; returns the model's metadata."""
-    file = variant.get("file", "?")
-    if file not in manifest["files"]:
-        fail(MANIFEST, f"variant {variant.get('name')!r} names {file}, which the manifest does not record")
-    for path in variant.get("files", []):
+def check_file_records(manifest: dict, what: str, file: str, listed: list, recorded_size) -> None:
+    """`what` (e.g. "variant 'int8'") names `file` and lists `listed`: each must be a file the manifest records,
+    and `recorded_size` the bytes they hold together."""
+    if file not in manifest["files"] or file not in listed:
+        fail(MANIFEST, f"{what} names {file}, which the manifest does not record among its files")
+    for path in listed:
         if path not in manifest["files"]:
-            fail(MANIFEST, f"variant {variant.get('name')!r} lists {path}, which the manifest does not record")
-    size = sum(manifest["files"][p]["size"] for p in variant.get("files", []))
-    if variant.get("size") != size:
-        fail(MANIFEST, f"variant {variant.get('name')!r} records {variant.get('size')} bytes, its files hold {size}")
-    if file.endswith(".xml"):  # an OpenVINO IR (the ov-int8 variant): runtime/verify_openvino.py
-        from runtime import verify_openvino
+            fail(MANIFEST, f"{what} lists {path}, which the manifest does not record")
+    size = sum(manifest["files"][p]["size"] for p in listed)
+    if recorded_size != size:
+        fail(MANIFEST, f"{what} records {recorded_size} bytes, its files hold {size}")
 
-        return verify_openvino.check_model(manifest, variant, folder)
+
+def read_package_model(manifest: dict, folder: Path, file: str) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """The ONNX graph of a package file (no weights) and its metadata, which must name the manifest's family and
+    model."""
     try:
         proto = onnx_io.read_proto(folder / file)
     except UsageError as err:
@@ -158,6 +159,19 @@ def check_variant_model(manifest: dict, variant: dict, folder: Path) -> dict[str
         if meta.get(key) != manifest[key]:
             fail(file, f"the model's metadata says {key} {meta.get(key)!r}, manifest.json says {manifest[key]!r}: "
                        "the package mixes models (or the manifest was edited)")
+    return proto, meta
+
+
+def check_variant_model(manifest: dict, variant: dict, folder: Path) -> dict[str, str]:
+    """One variant's file against the manifest; returns the model's metadata."""
+    file = variant.get("file", "?")
+    listed = variant.get("files") if isinstance(variant.get("files"), list) else []
+    check_file_records(manifest, f"variant {variant.get('name')!r}", file, listed or [file], variant.get("size"))
+    if file.endswith(".xml"):  # an OpenVINO IR (the ov-int8 variant): runtime/verify_openvino.py
+        from runtime import verify_openvino
+
+        return verify_openvino.check_model(manifest, variant, folder)
+    proto, meta = read_package_model(manifest, folder, file)
     outputs = [o.name for o in proto.graph.output]
     if not outputs or outputs[0] != FEATURES:
         fail(file, f"its first output is {outputs[0] if outputs else 'missing'!r}, not {FEATURES!r}, the name "

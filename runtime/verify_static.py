@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core import onnx_io, session
+from core import session
 from core.errors import UsageError
 from families.base import FEATURES
 from runtime import buckets
@@ -42,28 +42,13 @@ def _input_feeds(bucket: buckets.Bucket, record: dict, meta: dict[str, str], fai
 
 def _check_file(manifest: dict, bucket: buckets.Bucket, record: dict, variant: dict, folder: Path, fail) -> dict:
     """One file's records and model against the manifest; returns its metadata."""
+    from runtime import verify
+
     file = variant["file"]
-    listed = variant.get("files")
-    if file not in manifest["files"] or not isinstance(listed, list) or file not in listed:
-        fail("manifest.json", f"static bucket {bucket.name} variant {variant['name']!r} names {file}, which the "
-                              "manifest does not record among its files")
-    for path in listed:
-        if path not in manifest["files"]:
-            fail("manifest.json", f"static bucket {bucket.name} variant {variant['name']!r} lists {path}, which the "
-                                  "manifest does not record")
-    size = sum(manifest["files"][p]["size"] for p in listed)
-    if variant.get("size") != size:
-        fail("manifest.json", f"static bucket {bucket.name} variant {variant['name']!r} records "
-                              f"{variant.get('size')} bytes, its files hold {size}")
-    try:
-        proto = onnx_io.read_proto(folder / file)
-    except UsageError as err:
-        fail(file, f"does not load as ONNX ({err})")
-    meta = {p.key: p.value for p in proto.metadata_props}
-    for key in ("family", "model"):
-        if meta.get(key) != manifest[key]:
-            fail(file, f"the model's metadata says {key} {meta.get(key)!r}, manifest.json says {manifest[key]!r}: "
-                       "the package mixes models (or the manifest was edited)")
+    listed = variant.get("files") if isinstance(variant.get("files"), list) else []
+    verify.check_file_records(manifest, f"static bucket {bucket.name} variant {variant['name']!r}", file, listed,
+                              variant.get("size"))
+    proto, meta = verify.read_package_model(manifest, folder, file)
     try:
         grid = json.loads(meta.get("static_grid_thw", "null"))
     except ValueError:
@@ -72,11 +57,9 @@ def _check_file(manifest: dict, bucket: buckets.Bucket, record: dict, variant: d
         fail(file, f"is the static model of {meta.get('static_size') or 'no size'} (grid {grid}), but manifest.json "
                    f"lists it for bucket {bucket.name} (grid {[list(bucket.grid)]}): a file swapped or the manifest "
                    "edited")
-    from runtime.verify import io_records
-
     for what, values in (("inputs", proto.graph.input), ("outputs", proto.graph.output)):
-        if io_records(values) != record[what]:
-            fail(file, f"{what} {io_records(values)} differ from manifest.json's bucket {bucket.name} "
+        if verify.io_records(values) != record[what]:
+            fail(file, f"{what} {verify.io_records(values)} differ from manifest.json's bucket {bucket.name} "
                        f"{record[what]}")
     if not record["outputs"] or record["outputs"][0]["name"] != FEATURES:
         fail(file, f"its first output is not {FEATURES!r}")
