@@ -12,9 +12,10 @@ case by case. Accuracy: min per-token cosine over every output against PyTorch f
 `bench.flops` (matrix products) against this CPU's peaks (`peaks`: /proc/cpuinfo's clock x cores x FLOP per
 cycle of its widest fp32 FMA, AMX-BF16 and AMX-INT8 where present). OpenVINO's per-op profile (PERF_COUNT) of
 each OV path at the largest image case of at most 1024^2. The default path is what `runtime embed` runs
-(`runtime.path_choice` on the build's stage reports). `--package DIR` adds the acceptance figure: process wall
-time of `python -m runtime embed` on 4 photos (no engine or variant option) against a PyTorch bf16 process that
-loads the same weights from a safetensors file and embeds the same 4 photos.
+(`runtime.path_choice` on the build's stage reports). `--package DIR` adds the acceptance figure at each of
+`--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
+(no engine or variant option) against a PyTorch bf16 process that loads the same weights from a safetensors file
+and embeds the same 4 photos.
 Writes bench/results/cpu-race[-SUFFIX].json and .md.
 """
 
@@ -297,9 +298,8 @@ def markdown(result: dict) -> str:
                 shown = "; ".join(f"{o['type']} {o['exec']} {o['seconds']:.3f}" for o in ops)
                 lines.append(f"- the batched attention alone ({precision}; inside the If above): {shown}")
             lines.append("")
-    if result.get("embed"):
-        e = result["embed"]
-        lines += ["## Process wall time: `runtime embed` against a PyTorch bf16 process", "",
+    for e in result.get("embed") or []:
+        lines += [f"## Process wall time at {e['size']}x{e['size']}: `runtime embed` against a PyTorch bf16 process", "",
                   (f"{len(e['photos'])} photos at {e['size']}x{e['size']}, {e['threads']} thread(s), each command a "
                    f"fresh process (PyTorch loads the same weights from safetensors); {e['path_line']}"), "",
                   "| command | median s | runs |", "|---|---:|---|"]
@@ -317,11 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="2", help="thread counts, comma-separated (default 2)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--package", type=Path, help="also time `runtime embed` on this package against PyTorch")
-    parser.add_argument("--embed-size", type=int, default=1024)
+    parser.add_argument("--embed-sizes", default="1024",
+                        help="square photo sides of the --package race, comma-separated (default 1024)")
     parser.add_argument("--suffix", default="")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    if not sizes and not args.video and not args.package:
+        parser.error("nothing to run: give --sizes, --video or --package")
     export = json.loads((args.build / "export" / "report.json").read_text())
     vision = load_config(export["model"]).vision
     default, default_line = default_path(args.build)
@@ -330,17 +333,18 @@ def main(argv: list[str] | None = None) -> int:
               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": load_average(),
               "default": default, "default_line": default_line, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="cpu-race-") as tmp:
-        feeds = cases(args.build, sizes, args.video)
-        for threads in (int(t) for t in args.threads.split(",")):
+        feeds = cases(args.build, sizes, args.video) if sizes or args.video else {}
+        for threads in (int(t) for t in args.threads.split(",") if feeds):
             run = race(args.build, feeds, threads, args.reps, Path(tmp))
             run["peaks_tflops"] = peaks(threads)
             for by_label in run["cases"].values():
                 for r in by_label.values():
                     r["tflops"] = encoder_flops(vision, r["grid_thw"]) / r["median_s"] / 1e12
             result["runs"][str(threads)] = run
-        if args.package:
-            result["embed"] = embed_race(args.package, export["model"], export.get("seed", 0), args.embed_size,
-                                         max(int(t) for t in args.threads.split(",")), args.reps, Path(tmp))
+        if args.package:  # --package alone (--sizes '' --video 0): the process race only
+            result["embed"] = [embed_race(args.package, export["model"], export.get("seed", 0), int(size),
+                                          max(int(t) for t in args.threads.split(",")), args.reps, Path(tmp))
+                               for size in args.embed_sizes.split(",") if size]
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     stem = "cpu-race" + (f"-{args.suffix}" if args.suffix else "")
     write_results(args.out, stem, result, markdown(result), TAG)
