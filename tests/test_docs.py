@@ -101,6 +101,31 @@ def test_the_scanners_see_links_and_commands(tmp_path):
         ("surgery", "debake"), ("bench.sweep", "")]
 
 
+#: A repository path written in code quotes in the docs: a top-level folder of the checkout, then a path.
+REPO_PATH = re.compile(r"`((?:builders|core|families|quantize|release|runtime|surgery|bench|tests|docs|tools|configs)"
+                       r"/[A-Za-z0-9_./*{},-]*)")
+#: Written paths that name a pattern, not a file: a placeholder in capitals (NAME, MODEL, WxH), a glob, braces, a
+#: prefix.
+PLACEHOLDER = re.compile(r"[A-Z]{2,}|[*{]|[_-]$")
+
+
+def written_paths() -> list[tuple[str, str]]:
+    """(page, path) of every repository path in code quotes in the README and docs/, patterns left out."""
+    found = []
+    for page in DOCS:
+        for match in REPO_PATH.finditer(page.read_text()):
+            path = match.group(1).rstrip(".").split("::")[0]
+            if not PLACEHOLDER.search(path):
+                found.append((str(page.relative_to(ROOT)), path))
+    return sorted(set(found))
+
+
+def test_every_written_repository_path_exists():
+    """Prose paths too (`families/qwen_vl/`, `bench/results/cpu-race.md`): a renamed folder or file fails here."""
+    missing = [f"{page}: {path}" for page, path in written_paths() if not (ROOT / path).exists()]
+    assert len(written_paths()) > 100 and not missing, missing
+
+
 @pytest.mark.parametrize("page,target", links(), ids=lambda v: str(v))
 def test_relative_link_resolves(page, target):
     path_part, _, anchor = target.partition("#")
