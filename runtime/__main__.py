@@ -15,7 +15,7 @@ from core import onnx_io, session
 from core.errors import Parser, UsageError, main_wrapper
 from core.staging import add_clobber_argument, check_result_file, is_marked_result, staged_file
 from families import of_model
-from runtime import collection, embed, npu, verify, webgpu
+from runtime import collection, embed, npu, npu_embed, verify, webgpu
 
 
 def check_finite(name: str, array: np.ndarray) -> None:
@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "verify":
             return verify.run(args)
-        if args.command == "embed":
-            return embed.run(args)
+        if args.command == "embed":  # --engine qnn: the package's static buckets on the NPU
+            return npu_embed.run(args) if args.engine == "qnn" else embed.run(args)
         if args.command == "embed-collection":
             return collection.run(args)
         if args.command == "npu-check":

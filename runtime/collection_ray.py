@@ -10,7 +10,7 @@ default: a driver joining one by address sends the token only with `RAY_AUTH_MOD
 `RAY_AUTH_TOKEN` or ~/.ray/auth_token); a refusal is one line saying so.
 
 Dataset: one block per chunk (`ray.data.from_items`), `map_batches(batch_size=1)` on an actor pool, so each
-call embeds one chunk (`collection.Embedder.rows`) and returns one block, which this process writes as one part
+call embeds one chunk (`collection_embedder.Embedder.rows`) and returns one block, which this process writes as one part
 as it arrives (`iter_batches`, streaming: Ray Data's backpressure bounds the blocks in flight, so memory does
 not grow with the collection). Each actor holds at most `IN_FLIGHT` chunks, which is what a killed run loses.
 
@@ -40,7 +40,7 @@ from collections.abc import Iterator
 
 from core.errors import CheckFailed, UsageError
 from core.progress import say
-from runtime import collection
+from runtime import collection_embedder
 
 IN_FLIGHT = 2  # chunks queued on one actor (one running, one ready)
 PROBE_S = 5.0  # seconds to wait for a TCP answer from --address
@@ -138,10 +138,10 @@ def _connect_error(address: str | None, err: BaseException) -> str:
 
 
 class ChunkEmbedder:
-    """The Ray Data actor: one `collection.Embedder`; a call takes one row {paths, files} and returns its rows."""
+    """The Ray Data actor: one `collection_embedder.Embedder`; a call takes one row {paths, files} and returns its rows."""
 
     def __init__(self, **settings):
-        self.embedder = collection.Embedder(**settings)
+        self.embedder = collection_embedder.Embedder(**settings)
 
     def __call__(self, batch):
         paths, files = batch.column("paths")[0].as_py(), batch.column("files")[0].as_py()
@@ -181,9 +181,9 @@ def run(work: list, settings: dict, cpus: float, actors: int | None, threads: in
     actor_cpus, reserve = shares(cpus, actors)
     if actors * threads > cpus:
         say(f"warning: {actors} actors x {threads} threads > {cpus:g} CPUs: the cores are oversubscribed",
-            collection.TAG)
+            collection_embedder.TAG)
     say(f"Ray: {actors} actor(s) x {threads} thread(s), {actor_cpus:.3g} CPU each, {reserve:.3g} of {cpus:g} "
-        "CPUs left for Ray Data's tasks", collection.TAG)
+        "CPUs left for Ray Data's tasks", collection_embedder.TAG)
     dataset = ray.data.from_items([{"paths": paths, "files": files} for paths, files in work],
                                   override_num_blocks=len(work))
     with warnings.catch_warnings():  # ray 2.60 has no named parameter for max_restarts (pinned in the extra)

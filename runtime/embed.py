@@ -198,16 +198,17 @@ def describe(result: dict[str, np.ndarray], entry: str) -> str:
 
 
 def run(args) -> int:
-    """The `embed` subcommand: print one line per entry, then what was written."""
+    """The `embed` subcommand on a CPU engine (`--engine qnn`: runtime/npu_embed.py's `run`, which the command line
+    picks): print one line per entry, then what was written."""
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    if args.engine == "qnn":  # the package's static buckets on the NPU
-        from runtime import npu_embed
+    result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force,
+                   engines.from_args(args), args.max_image_pixels)
+    return report(args, result)
 
-        result = npu_embed.from_args(args)
-    else:
-        result = embed(args.images, args.video, args.package, args.variant, args.out, args.threads, args.force,
-                       engines.from_args(args), args.max_image_pixels)
+
+def report(args, result: dict) -> int:
+    """Print one line per entry of an embed `result`, then what was written; 0."""
     entries = [str(e) for e in result["entries"]]
     for entry in entries:
         print(describe(result, entry))

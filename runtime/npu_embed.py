@@ -118,3 +118,9 @@ def from_args(args) -> dict[str, np.ndarray]:
         raise UsageError(f"--threads is for the CPU engines; --engine {ENGINE} runs on the NPU")
     return embed(args.images, args.package, args.variant, args.out, npu.Htp.from_args(args), args.force,
                  args.max_image_pixels)
+
+
+def run(args) -> int:
+    """`runtime embed --engine qnn` (the command line picks it over runtime/embed.py's `run`): embed, then one line
+    per entry and what was written, as the other engines print them."""
+    return embed_mod.report(args, from_args(args))

@@ -25,7 +25,7 @@ DEFAULT_FLOOR = 0.998
 
 
 def _fail(file: str, reason: str):
-    from runtime.verify import fail
+    from runtime.package_records import fail
 
     fail(file, reason)
 

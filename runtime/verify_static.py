@@ -20,7 +20,7 @@ import numpy as np
 from core import session
 from core.errors import UsageError
 from families.base import FEATURES
-from runtime import buckets
+from runtime import buckets, package_records
 
 SEED = 0
 
@@ -42,13 +42,11 @@ def _input_feeds(bucket: buckets.Bucket, record: dict, meta: dict[str, str], fai
 
 def _check_file(manifest: dict, bucket: buckets.Bucket, record: dict, variant: dict, folder: Path, fail) -> dict:
     """One file's records and model against the manifest; returns its metadata."""
-    from runtime import verify
-
     file = variant["file"]
     listed = variant.get("files") if isinstance(variant.get("files"), list) else []
-    verify.check_file_records(manifest, f"static bucket {bucket.name} variant {variant['name']!r}", file, listed,
-                              variant.get("size"))
-    proto, meta = verify.read_package_model(manifest, folder, file)
+    what = f"static bucket {bucket.name} variant {variant['name']!r}"
+    package_records.check_file_records(manifest, what, file, listed, variant.get("size"))
+    proto, meta = package_records.read_package_model(manifest, folder, file)
     try:
         grid = json.loads(meta.get("static_grid_thw", "null"))
     except ValueError:
@@ -58,8 +56,8 @@ def _check_file(manifest: dict, bucket: buckets.Bucket, record: dict, variant: d
                    f"lists it for bucket {bucket.name} (grid {[list(bucket.grid)]}): a file swapped or the manifest "
                    "edited")
     for what, values in (("inputs", proto.graph.input), ("outputs", proto.graph.output)):
-        if verify.io_records(values) != record[what]:
-            fail(file, f"{what} {verify.io_records(values)} differ from manifest.json's bucket {bucket.name} "
+        if package_records.io_records(values) != record[what]:
+            fail(file, f"{what} {package_records.io_records(values)} differ from manifest.json's bucket {bucket.name} "
                        f"{record[what]}")
     if not record["outputs"] or record["outputs"][0]["name"] != FEATURES:
         fail(file, f"its first output is not {FEATURES!r}")

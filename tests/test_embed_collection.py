@@ -26,7 +26,7 @@ import pytest
 
 from bench.collection import write_photos
 from runtime import __main__ as runtime_cli
-from runtime import collection, collection_io, sample_photos
+from runtime import collection, collection_embedder, collection_io, sample_photos
 from runtime.verify import sha256
 from tests.conftest import single_error, snapshot
 from tests.test_embed import QWEN, qwen_dist  # noqa: F401 -- qwen_dist: a fixture
@@ -148,7 +148,7 @@ def test_chunks_are_packed_up_to_the_budget(package, photos, monkeypatch):
 
     monkeypatch.setattr(collection.session, "run", spy)
     files = [str(p) for p in images_of(photos) if p.name != "broken.jpg"][:12]
-    embedder = collection.Embedder(str(package), "fp32", 1, 600, ["embedding"], "x")
+    embedder = collection_embedder.Embedder(str(package), "fp32", 1, 600, ["embedding"], "x")
     table = embedder.rows(files, files)
     tokens = [int(np.prod(grid, axis=1).sum()) // 4 for grid in calls]
     assert sum(len(grid) for grid in calls) == 12 and max(len(grid) for grid in calls) >= 3

@@ -1,4 +1,5 @@
-"""The layering of docs/architecture.md, read from the source: the product never imports the benchmarks.
+"""The layering of docs/architecture.md, read from the source: the product never imports the benchmarks, and no
+two product modules import each other (directly or around a circle).
 
 Every module of the product packages is parsed (not imported), and each `import X` / `from X import ...`
 (top level or inside a function) is checked. A user who installs the package gets no benchmark code,
@@ -59,3 +60,62 @@ def test_product_never_imports_bench(path):
     bad = [f"line {line}: {module}" for line, module in imported_modules(path, package_of(path))
            if module.split(".")[0] in NOT_PRODUCT]
     assert not bad, f"{path.relative_to(ROOT)} imports development-only code: {', '.join(bad)}"
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{product module: the product modules it imports, at any level}; `from X import Y` counts X.Y when that is a
+    module. Edges into a package's __init__ are left out (importing a subpackage runs it: not a dependency)."""
+    modules = {module_name(f): f for f in product_files()}
+    graph = {}
+    for name, path in modules.items():
+        found = {m for _, m in imported_modules(path, package_of(path)) if m in modules}
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules}
+        graph[name] = {m for m in found - {name} if modules[m].name != "__init__.py"}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while component[-1:] != [v]:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_circles_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circle_in_the_product():
+    """Function-level imports count: a circle hidden in a function is still two modules that need each other
+    (runtime/collection.py and collection_ray.py were one; the chunk's work is runtime/collection_embedder.py)."""
+    graph = import_graph()
+    assert "runtime.collection_embedder" in graph["runtime.collection_ray"]
+    assert circles(graph) == []

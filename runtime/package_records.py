@@ -1,0 +1,62 @@
+"""What the package checks share (runtime/verify.py, verify_static.py, verify_openvino.py): the failure they raise
+and how a file the manifest records is checked and read. Its own module, so that each check imports it and none
+imports another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from core import onnx_io
+from core.errors import CheckFailed, UsageError
+from runtime.unpack import MANIFEST
+
+
+def fail(file: str, reason: str):
+    raise CheckFailed(f"{file}: {reason}")
+
+
+def io_records(values) -> list[dict]:
+    """[{name, dtype, dims}] of graph inputs or outputs; a symbolic dim is its name, an unknown one None."""
+    records = []
+    for value in values:
+        tensor = value.type.tensor_type
+        dims = [d.dim_param if d.HasField("dim_param") else d.dim_value if d.HasField("dim_value") else None
+                for d in tensor.shape.dim]
+        records.append({"name": value.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name,
+                        "dims": dims})
+    return records
+
+
+def opsets(proto: onnx.ModelProto) -> dict[str, int]:
+    """{domain: version}, `ai.onnx` for the default domain, sorted by domain."""
+    return {(o.domain or "ai.onnx"): o.version for o in sorted(proto.opset_import, key=lambda o: o.domain)}
+
+
+def check_file_records(manifest: dict, what: str, file: str, listed: list, recorded_size) -> None:
+    """`what` (e.g. "variant 'int8'") names `file` and lists `listed`: each must be a file the manifest records,
+    and `recorded_size` the bytes they hold together."""
+    if file not in manifest["files"] or file not in listed:
+        fail(MANIFEST, f"{what} names {file}, which the manifest does not record among its files")
+    for path in listed:
+        if path not in manifest["files"]:
+            fail(MANIFEST, f"{what} lists {path}, which the manifest does not record")
+    size = sum(manifest["files"][p]["size"] for p in listed)
+    if recorded_size != size:
+        fail(MANIFEST, f"{what} records {recorded_size} bytes, its files hold {size}")
+
+
+def read_package_model(manifest: dict, folder: Path, file: str) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """The ONNX graph of a package file (no weights) and its metadata, which must name the manifest's family and
+    model."""
+    try:
+        proto = onnx_io.read_proto(folder / file)
+    except UsageError as err:
+        fail(file, f"does not load as ONNX ({err})")
+    meta = {p.key: p.value for p in proto.metadata_props}
+    for key in ("family", "model"):
+        if meta.get(key) != manifest[key]:
+            fail(file, f"the model's metadata says {key} {meta.get(key)!r}, manifest.json says {manifest[key]!r}: "
+                       "the package mixes models (or the manifest was edited)")
+    return proto, meta
