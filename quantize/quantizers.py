@@ -152,6 +152,14 @@ def nbits_by_bits(model: ir.Model) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
+def keeping_fp32(quantize, names: list[str]):
+    """A file -> file quantizer: `quantize` with `names` always left fp32 besides the caller's `skip` (the stages'
+    `input_readers`: names are the same in a model and in its outlier-stress copies)."""
+    if not names:
+        return quantize
+    return lambda src, dst, skip: quantize(src, dst, list(skip) + [n for n in names if n not in skip])
+
+
 def mixed(low, high, promoted: list[str]):
     """A file -> file quantizer: `high` for the MatMuls named in `promoted`, `low` for the others.
 

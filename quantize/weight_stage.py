@@ -144,7 +144,8 @@ class Recipe:
                              "calibration set: q4f16 applies rtn or hqq recipes only; run int4 with another algorithm")
         mixed = report.get("mixed_precision") or {}
         split = report.get("outlier_channels") or {}
-        skip = [n["node"] for n in report.get("fp32_weight_nodes", []) if n.get("reason", "").startswith("excluded")]
+        skip = [n["node"] for n in report.get("fp32_weight_nodes", [])  # excluded, or the patch embedding
+                if n.get("reason", "").startswith("excluded") or n.get("reason") == quantizers.INPUT_READER_REASON]
         return cls(report["stage"], str(folder), config, list(mixed.get("promoted", [])), mixed.get("quantizer"),
                    float(split.get("ratio", 0.0)), skip, int(report.get("quantized_nodes", 0)))
 
@@ -221,7 +222,6 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
         if len(skip) == len(prepared.nodes):
             raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(prepared.nodes)} MatMul(s): nothing "
                              "would be quantized; narrow the pattern")
-        user_skip, skip = skip, skip + prepared.input_readers
         split_record: dict[str, outlier_channels.Found] = {}
         probe = outlier_check.probe_indices(source.layouts)
         mixed = None
@@ -251,6 +251,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             if calibration is None:
                 raise ValueError("smooth=True needs calibration=(feeds, about)")
             quantize = smooth_activations.smoothing(quantize, calibration[0], threads, smoothing)
+        quantize = quantizers.keeping_fp32(quantize, prepared.input_readers)
         stress = None
         if outliers != "off":
             stress = outlier_check.run(prepared.stressed, quantize, skip, source.layouts, source.inputs, outliers,
@@ -277,7 +278,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             model = onnx_io.load(model_file)
             if mixed:
                 mixed["nbits_by_bits"] = quantizers.nbits_by_bits(model)
-            reason = {**{n: "excluded (--exclude)" for n in user_skip},
+            reason = {**{n: "excluded (--exclude)" for n in skip},
                       **{n: quantizers.INPUT_READER_REASON for n in prepared.input_readers},
                       **{n: "excluded (outlier stress)" for n in stress_skip},
                       **outlier_channels.fp32_reasons(split_record.get(prepared.fp32_file.name, {}))}

@@ -26,7 +26,7 @@ import pytest
 
 from bench.collection import write_photos
 from runtime import __main__ as runtime_cli
-from runtime import collection, collection_embedder, collection_io, sample_photos
+from runtime import collection_embedder, collection_io, sample_photos
 from runtime.verify import sha256
 from tests.conftest import single_error, snapshot
 from tests.test_embed import QWEN, qwen_dist  # noqa: F401 -- qwen_dist: a fixture
@@ -140,13 +140,13 @@ def test_chunks_are_packed_up_to_the_budget(package, photos, monkeypatch):
     """The engines' `Embedder` runs several images per encoder call, never past --max-tokens (unless one image
     is larger alone), and its rows equal the local run's."""
     calls = []
-    real = collection.session.run
+    real = collection_embedder.session.run
 
     def spy(sess, feeds):
         calls.append(feeds["grid_thw"].copy())
         return real(sess, feeds)
 
-    monkeypatch.setattr(collection.session, "run", spy)
+    monkeypatch.setattr(collection_embedder.session, "run", spy)
     files = [str(p) for p in images_of(photos) if p.name != "broken.jpg"][:12]
     embedder = collection_embedder.Embedder(str(package), "fp32", 1, 600, ["embedding"], "x")
     table = embedder.rows(files, files)

@@ -66,7 +66,7 @@ def test_restore_fp32_of_every_matmul_is_the_fp32_model(optimized, tmp_path):
     reference = open_session(fp32, 1).run(None, feed)
     for quantize in (partial(quantizers.dynamic, per_channel=True, reduce_range=False),
                      partial(quantizers.matmul_nbits, bits=8, block_size=32, symmetric=True, accuracy_level=4)):
-        quantize(fp32, tmp_path / "q.onnx", [])
+        quantize(fp32, tmp_path / "q.onnx", quantizers.input_readers(model))  # as the stages: the patch MatMul fp32
         outlier_check.restore_fp32(tmp_path / "q.onnx", fp32, names, tmp_path / "back.onnx")
         back = onnx_io.load(tmp_path / "back.onnx")
         assert not [n for n in back.graph if n.op_type in quantizers.QUANTIZED_OPS or "Quantize" in n.op_type]
