@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 
-from core import onnx_io
+from core import onnx_io, session
 from core.errors import CheckFailed, UsageError
 from runtime.unpack import MANIFEST
 
@@ -60,3 +61,18 @@ def read_package_model(manifest: dict, folder: Path, file: str) -> tuple[onnx.Mo
             fail(file, f"the model's metadata says {key} {meta.get(key)!r}, manifest.json says {manifest[key]!r}: "
                        "the package mixes models (or the manifest was edited)")
     return proto, meta
+
+
+def check_run(sess, feeds: dict, file: str, at: str, shapes: dict) -> None:
+    """One run of a package model's session at `feeds` (`at`: where, e.g. "at 224x224"): it must run, give the
+    output shapes the manifest records ({name: dims}) and finite values."""
+    try:
+        outputs = session.run(sess, feeds)
+    except session.ORT_ERRORS as err:
+        fail(file, f"fails {at}: {session.ort_error_line(err)}")
+    got = {k: list(v.shape) for k, v in outputs.items()}
+    if got != shapes:
+        fail(file, f"{at} gives output shapes {got}, manifest.json records {shapes}")
+    for name, value in outputs.items():
+        if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+            fail(file, f"{at} output {name} holds non-finite values")

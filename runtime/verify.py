@@ -29,8 +29,6 @@ import os
 import re
 from pathlib import Path
 
-import numpy as np
-
 from core import session
 from core.errors import CheckFailed, UsageError
 from core.progress import say
@@ -38,7 +36,14 @@ from families import family
 from families.base import FEATURES
 from families.untrusted import refuse_code
 from runtime import smoke, unpack
-from runtime.package_records import check_file_records, fail, io_records, opsets, read_package_model
+from runtime.package_records import (
+    check_file_records,
+    check_run,
+    fail,
+    io_records,
+    opsets,
+    read_package_model,
+)
 
 TAG = "verify"
 MANIFEST, SUMS, CARD = unpack.MANIFEST, unpack.SUMS, unpack.CARD
@@ -199,17 +204,7 @@ def run_smoke(manifest: dict, folder: Path, threads: int | None) -> int:
         except UsageError as err:
             fail(file, f"ONNX Runtime cannot load it ({err})")
         for size, feeds in cases:
-            try:
-                outputs = session.run(sess, feeds)
-            except session.ORT_ERRORS as err:
-                fail(file, f"fails at {size}: {session.ort_error_line(err)}")
-            expected = recorded[size].get("outputs", {})
-            got = {k: list(v.shape) for k, v in outputs.items()}
-            if got != expected:
-                fail(file, f"at {size} gives output shapes {got}, manifest.json records {expected}")
-            for name, value in outputs.items():
-                if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
-                    fail(file, f"at {size} output {name} holds non-finite values")
+            check_run(sess, feeds, file, f"at {size}", recorded[size].get("outputs", {}))
             runs += 1
         say(f"{file}: runs at {', '.join(s for s, _ in cases)}; output shapes as recorded", TAG)
     return runs

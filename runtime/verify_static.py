@@ -92,17 +92,9 @@ def check(manifest: dict, folder: Path, threads: int | None, fail) -> list[str]:
             file = variant["file"]
             try:
                 sess = session.open_session(folder / file, threads)
-                outputs = session.run(sess, feeds)
             except UsageError as err:
                 fail(file, f"ONNX Runtime cannot load it ({err})")
-            except session.ORT_ERRORS as err:
-                fail(file, f"fails at its size {bucket.name}: {session.ort_error_line(err)}")
-            got = {k: list(v.shape) for k, v in outputs.items()}
-            if got != shapes:
-                fail(file, f"at {bucket.name} gives output shapes {got}, manifest.json records {shapes}")
-            for name, value in outputs.items():
-                if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
-                    fail(file, f"at {bucket.name} output {name} holds non-finite values")
+            package_records.check_run(sess, feeds, file, f"at its size {bucket.name}", shapes)
         lines.append(f"static bucket {bucket.name} ({', '.join(v['name'] for v in record['variants'])}): runs at "
                      "its size on the CPU EP; output shapes as recorded")
     return lines
