@@ -30,6 +30,7 @@ from builders.qwen_vl.model import build_random
 from core.machine import machine
 from core.session import open_session
 from quantize import optimize as optimize_stage
+from quantize.options import StageRun
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -65,12 +66,12 @@ def ensure_stages(name: str, build: Path) -> dict[str, Path]:
     optimized = root / "optimized"
     if not (optimized / "model.onnx").exists():
         say(f"building {optimized}")
-        optimize_stage.run(export, optimized, set(), threads=0)
+        optimize_stage.run(export, optimized, set(), StageRun())
     for label, skip in ABLATIONS.items():
         folder = root / "bench" / ("optimized-skip-" + "-".join(sorted(skip)))
         if not (folder / "model.onnx").exists():
             say(f"building {folder}")
-            optimize_stage.run(export, folder, skip, threads=0)
+            optimize_stage.run(export, folder, skip, StageRun())
         models[label] = folder / "model.onnx"
     models["ort optimized"] = optimized / "model.onnx"
     for stage in QUANTIZED:

@@ -67,13 +67,17 @@ def makefile_flags(makefile: Path, model: str | None = None) -> dict[str, list[s
 
 def options(stage: str, flags: list[str]) -> dict:
     """The stage's options as `python -m quantize STAGE` resolves them (defaults filled in), model-changing only."""
+    from dataclasses import asdict
+
+    from quantize.__main__ import OPTIONS
     from quantize.__main__ import parse_args as quantize_args
 
     try:
         parsed = quantize_args([stage, "IN", "OUT", *flags])
+        resolved = {**vars(parsed), **asdict(OPTIONS[stage].from_args(parsed))}
     except UsageError as err:
         raise UsageError(f"{stage} flags {' '.join(flags)!r}: {err}") from None
-    return {k: v for k, v in vars(parsed).items() if k not in NOT_THE_MODEL}
+    return {k: v for k, v in resolved.items() if k not in NOT_THE_MODEL}
 
 
 def read_sweep(results: Path, model: str) -> tuple[Path, dict]:

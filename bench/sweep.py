@@ -156,10 +156,11 @@ def build_points(root: Path, points: list[tuple], cases: tuple[str, ...]) -> lis
     """Build (or reuse) every point's stage folder, validated at `cases`; [{label, stage, flags, folder,
     report | error}]."""
     from quantize import __main__ as quantize_cli  # the stages' own command, exactly as make runs it
-    from quantize import outlier_check, weight_stage
+    from quantize import outlier_check
+    from quantize.options import StageRun
 
-    weight_stage.KEEP_PREPARED = True  # one reference run of the fp32 (and stressed) model for all points
-    weight_stage.CASES = cases
+    # one reference run of the fp32 (and stressed) model for all points, validated at `cases`
+    hooks = StageRun(keep_prepared=True, cases=cases)
 
     optimized = root / "optimized" / "model.onnx"
     index_file = root / "sweep" / "index.json"
@@ -175,7 +176,7 @@ def build_points(root: Path, points: list[tuple], cases: tuple[str, ...]) -> lis
             # the worst-case figure costs a third quantization; with GPTQ that is a third calibration (minutes at
             # 2B dims), so GPTQ points are measured without it
             worst = [] if "gptq" in flags else ["--worst-case-budget", str(outlier_check.SWEEP_WORST_CASE_BUDGET)]
-            code = quantize_cli.main([stage, str(optimized.parent), str(folder), *flags, "--force", *worst])
+            code = quantize_cli.main([stage, str(optimized.parent), str(folder), *flags, "--force", *worst], hooks)
             if code != 0:
                 built.append({"label": label, "stage": stage, "flags": flags, "error": f"exit {code}"})
                 index.pop(label, None)

@@ -23,7 +23,9 @@ IN -> OUT/model.onnx (the package's `vision_encoder_fp16.onnx`) + OUT/report.jso
 
 from __future__ import annotations
 
+import argparse
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from core import cpu, onnx_io
@@ -34,6 +36,7 @@ from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from quantize import fp16_emulation, fp16_plan, outlier_check, quantizers, stage, weight_stage
+from quantize.options import StageRun, excluded
 from quantize.passes import elem_types, float16, unfuse_attention
 
 STAGE = "fp16"
@@ -79,14 +82,46 @@ def _convert(src: Path, dst: Path, data_input: str, measured: dict, headroom: fl
     return plan, done
 
 
-def _check_options(min_cosine: float, headroom: float, outliers: str, exclude: list[str]) -> None:
-    if not 0 <= min_cosine <= 1:
-        raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
-    if not headroom >= 1:
-        raise UsageError(f"--headroom must be >= 1 (a factor below float16's largest value), got {headroom}")
-    if outliers not in outlier_check.MODES:
-        raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
-    weight_stage.excluded([], exclude)  # a bad pattern is refused before any work
+@dataclass(frozen=True)
+class Fp16Options:
+    """The fp16 and q4f16 stages' options (checked on construction). `min_cosine`: the floor (0: none);
+    `headroom`: keep float32 every node whose tensors reach max |x| > 65504 / headroom at the calibration layouts;
+    `exclude`: regexes of nodes kept float32; `outliers`: the outlier-stress copy, exclude (its magnitudes enter
+    the plan, its checks are gated), report (measured, not gated) or off."""
+
+    min_cosine: float = DEFAULT_MIN_COSINE
+    headroom: float = fp16_plan.DEFAULT_HEADROOM
+    exclude: tuple[str, ...] = ()
+    outliers: str = "exclude"
+
+    def __post_init__(self):
+        if not 0 <= self.min_cosine <= 1:
+            raise UsageError(f"--min-cosine must be in [0, 1], got {self.min_cosine}")
+        if not self.headroom >= 1:
+            raise UsageError(f"--headroom must be >= 1 (a factor below float16's largest value), got {self.headroom}")
+        if self.outliers not in outlier_check.MODES:
+            raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {self.outliers!r}")
+        excluded([], list(self.exclude))  # a bad pattern is refused before any work
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser, min_cosine: float = DEFAULT_MIN_COSINE) -> None:
+        """The options, `min_cosine` the stage's default floor."""
+        parser.add_argument("--min-cosine", type=float, default=min_cosine, metavar="COS",
+                            help="refuse (exit 2, nothing written) when the min per-token cosine against fp32, over "
+                                 "the validation layouts, emulated and on the CPU EP, of the model and of its "
+                                 f"outlier-stress copy, is below COS (default {min_cosine}; 0: no floor)")
+        parser.add_argument("--headroom", type=float, default=fp16_plan.DEFAULT_HEADROOM, metavar="H",
+                            help="keep float32 every node whose tensors reach max |x| > 65504 / H at the calibration "
+                                 f"layouts (default {fp16_plan.DEFAULT_HEADROOM:g})")
+        parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                            help="keep float32 the nodes whose name matches this regex (repeatable)")
+        parser.add_argument("--outliers", default="exclude", choices=outlier_check.MODES,
+                            help="outlier-stress copy: exclude = its magnitudes keep nodes float32 too and its "
+                                 "checks are gated (default), report = measured only, off")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Fp16Options:
+        return cls(args.min_cosine, args.headroom, tuple(args.exclude), args.outliers)
 
 
 def _stress_copy(fp32_file: Path, timings: dict) -> tuple[Path, dict]:
@@ -175,22 +210,19 @@ def _weights(recipe: weight_stage.Recipe, fp32_file: Path, stressed: Path | None
     return base, stressed_base
 
 
-def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False,
-        min_cosine: float = DEFAULT_MIN_COSINE, headroom: float = fp16_plan.DEFAULT_HEADROOM,
-        exclude: list[str] | None = None, outliers: str = "exclude",
+def run(path: str | Path, out: str | Path, options: Fp16Options, context: StageRun,
         weights: weight_stage.Recipe | None = None, stage_name: str = STAGE) -> dict:
     """`python -m quantize fp16`: IN -> OUT/model.onnx + OUT/report.json; returns the report.
 
-    `outliers`: "exclude" (the stress copy's magnitudes enter the plan, its checks are gated), "report" (the
-    plan reads the model alone; the stress copy is converted with it and measured, not gated), "off".
+    `options.outliers`: "exclude" (the stress copy's magnitudes enter the plan, its checks are gated), "report"
+    (the plan reads the model alone; the stress copy is converted with it and measured, not gated), "off".
     `weights`: a quantize stage's recipe applied to IN and its stress copy first (the q4f16 stage,
     `quantize.q4f16`, whose `stage_name` names OUT's stage): the float16 plan and conversion then run on the
     quantized model; the reference stays IN's fp32 outputs.
     """
-    exclude = exclude or []
-    _check_options(min_cosine, headroom, outliers, exclude)
-    check_folder_output(out, stage_name, [path], force)
-    timings: dict[str, float] = {}
+    threads, timings, outliers = context.threads, context.timings, options.outliers
+    exclude = list(options.exclude)
+    check_folder_output(out, stage_name, [path], context.force)
     out = Path(out)
     with step("load the input and run it at the validation layouts", timings):
         source = stage.read_input(path, threads)
@@ -212,8 +244,9 @@ def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False
                             timings)
         if outliers == "report":
             measured.pop("outlier-stress copy")
-        settings = {"data_input": data_input, "measured": measured, "headroom": headroom, "exclude": exclude}
-        with staged_folder(out, stage_name, [path], force, keep_log=True) as staged:
+        settings = {"data_input": data_input, "measured": measured, "headroom": options.headroom,
+                    "exclude": exclude}
+        with staged_folder(out, stage_name, [path], context.force, keep_log=True) as staged:
             model_file = staged / onnx_io.MODEL_FILE
             with step("convert to float16 (plan + pass)", timings):
                 plan, done = _convert(base, model_file, **settings)
@@ -227,13 +260,15 @@ def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False
                 runs.update({"outlier stress, emulated float16": stress["validation"],
                              "outlier stress, CPU EP": stress["cpu_execution_provider"]})
             gated = {k: v for k, v in runs.items() if outliers != "report" or not k.startswith("outlier")}
-            _refuse(gated, min_cosine, stage_name)
+            _refuse(gated, options.min_cosine, stage_name)
             files, input_files = onnx_io.file_sizes(model_file), onnx_io.file_sizes(source.path)
             report = {
                 **stage.report_header(stage_name, source),
-                "config": {"min_cosine": min_cosine, "headroom": headroom, "exclude": exclude, "outliers": outliers,
+                "config": {"min_cosine": options.min_cosine, "headroom": options.headroom, "exclude": exclude,
+                           "outliers": outliers,
                            **({"weights": weights.about()} if weights else {})},
-                "precision": _precision(plan, done, measured, headroom, [source.layouts[i]["case"] for i in probe]),
+                "precision": _precision(plan, done, measured, options.headroom,
+                                        [source.layouts[i]["case"] for i in probe]),
                 "validation": {"reference": "fp32 input model in ONNX Runtime", "machine": cpu.facts(), **validation},
                 "cpu_execution_provider": on_cpu,
                 "outlier_stress": stress,

@@ -29,7 +29,7 @@ import onnx_ir as ir
 
 from core import taps
 from core.errors import UsageError
-from quantize import outliers, weight_stage
+from quantize import options, outliers
 from quantize.passes import float16
 from quantize.passes.float16 import CONTAINERS, MOVERS, SEQUENCE_OPS
 
@@ -182,7 +182,7 @@ def decide(model: ir.Model, data_input: str, measured: dict[str, dict[str, float
     model, the outlier-stress copy): {tensor name: max |x|}} from `magnitudes`."""
     data = data_path(model, data_input)
     nodes = candidates(model, data)
-    asked = set(weight_stage.excluded([(label(n), label(n)) for n in nodes], exclude or []))
+    asked = set(options.excluded([(label(n), label(n)) for n in nodes], exclude or []))
     fixed = structural(model, nodes)
     limit = FP16_MAX / headroom
     plan = Plan(set(), candidates=len(nodes))

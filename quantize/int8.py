@@ -19,12 +19,15 @@ nodes left fp32 and the outlier-stress check, whose failing MatMuls stay fp32 (`
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from core.errors import UsageError
-from quantize import calibration, outlier_channels, outlier_check, quantizers, weight_stage
+from quantize import calibration, outlier_check, quantizers, weight_stage
+from quantize.options import StageRun, WeightChecks
 
 METHODS = ("dynamic", "static", "nbits")
 #: The MatMulNBits settings of `--nbits-for`: nbits' defaults.
@@ -51,33 +54,93 @@ def quantizer(method: str, per_channel: bool = True, block_size: int = 32, symme
     return fn, {"method": method, **settings}
 
 
-def run(path: str | Path, out: str | Path, method: str = "dynamic", per_channel: bool = True, block_size: int = 32,
-        symmetric: bool = True, accuracy_level: int = 4, exclude: list[str] | None = None,
-        outliers: str = "exclude", target: float = outlier_check.DEFAULT_TARGET, threads: int = 0,
-        force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO,
-        reduce_range: bool = REDUCE_RANGE, min_cosine: float = 0.0,
-        worst_case_budget: float | None = outlier_check.DEFAULT_WORST_CASE_BUDGET, smooth: bool = False,
-        nbits_for: list[str] | None = None) -> dict:
-    """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report.
+@dataclass(frozen=True)
+class Int8Options:
+    """The int8 stage's method and its settings (checked on construction). `method`: dynamic, static or nbits;
+    `per_channel`, `reduce_range` (dynamic, static); `block_size`, `symmetric`, `accuracy_level` (nbits);
+    `smooth` (dynamic, static): SmoothQuant-style smoothing first; `nbits_for` (dynamic, static): regexes of
+    MatMuls (node or weight name) quantized instead as MatMulNBits 8-bit (`NBITS_FOR`): int8 activations per
+    token and block of K, for inputs with outlier tokens that one scale per tensor serves badly (SwiGLU's
+    down_proj input, the product of two projections: Qwen2.5-VL)."""
 
-    `nbits_for` (dynamic, static): regexes of MatMuls (node or weight name) quantized instead as MatMulNBits
-    8-bit, block 32, symmetric, accuracy level 4 (`NBITS_FOR`): int8 activations per token and block of K,
-    for inputs with outlier tokens that one scale per tensor serves badly (SwiGLU's down_proj input, the
-    product of two projections: Qwen2.5-VL)."""
-    if smooth and method == "nbits":
-        raise UsageError("--smooth applies to --method dynamic or static (it moves activation range into the "
-                         "weights, which weight-only nbits does not need)")
-    calibrated = calibration.stage_set(path) if method == "static" or smooth else None
-    fn, config = quantizer(method, per_channel, block_size, symmetric, accuracy_level, reduce_range,
-                           calibrated[0] if calibrated else None)
-    config = {**config, "smooth": smooth} if method != "nbits" else config
-    route = None
-    if nbits_for:
-        if method == "nbits":
+    method: str = "dynamic"
+    per_channel: bool = True
+    reduce_range: bool = REDUCE_RANGE
+    block_size: int = 32
+    symmetric: bool = True
+    accuracy_level: int = 4
+    smooth: bool = False
+    nbits_for: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.smooth and self.method == "nbits":
+            raise UsageError("--smooth applies to --method dynamic or static (it moves activation range into the "
+                             "weights, which weight-only nbits does not need)")
+        if self.nbits_for and self.method == "nbits":
             raise UsageError("--nbits-for applies to --method dynamic or static (with nbits every MatMul is already "
                              "MatMulNBits)")
-        route = (list(nbits_for), *quantizers.nbits(8, **NBITS_FOR))
-        config = {**config, "nbits_for": list(nbits_for)}
-    return weight_stage.run("int8", path, out, config, fn, exclude or [], threads, outliers, target, force,
-                            outlier_ratio, min_cosine, worst_case_budget, calibration=calibrated, smooth=smooth,
-                            route=route)
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """The options; those of the other method default to None so that giving them is an error (`from_args`)."""
+        parser.add_argument("--method", default="dynamic", choices=METHODS,
+                            help="dynamic: quantize_dynamic, MatMulInteger with per-tensor uint8 activations "
+                                 "(default); static: quantize_static (QDQ), activation scales calibrated on photos "
+                                 "through the family's processor; nbits: MatMulNBits bits=8")
+        parser.add_argument("--smooth", action="store_true",
+                            help="dynamic/static: SmoothQuant-style smoothing first (LayerNorm scale moved into the "
+                                 "next MatMuls' weights, from the calibration photos)")
+        parser.add_argument("--per-tensor", dest="per_channel", action="store_false", default=None,
+                            help="dynamic/static: one weight scale per tensor instead of per output column")
+        rng = parser.add_mutually_exclusive_group()
+        rng.add_argument("--reduce-range", dest="reduce_range", action="store_true", default=None,
+                         help="dynamic/static: weights in 7 bits, exact on every x86 CPU (default)")
+        rng.add_argument("--full-range", dest="reduce_range", action="store_false",
+                         help="dynamic/static: weights in 8 bits: more accurate on CPUs with VNNI/AMX (and ARM), but "
+                              "the int8 kernel of x86 CPUs without VNNI saturates")
+        parser.add_argument("--block-size", type=int, default=None, choices=quantizers.BLOCK_SIZES,
+                            help="nbits: weights per quantization block along K (default 32)")
+        sym = parser.add_mutually_exclusive_group()
+        sym.add_argument("--symmetric", dest="symmetric", action="store_true", default=None,
+                         help="nbits: no zero points (default)")
+        sym.add_argument("--asymmetric", dest="symmetric", action="store_false", help="nbits: with zero points")
+        parser.add_argument("--accuracy-level", type=int, default=None, choices=quantizers.ACCURACY_LEVELS,
+                            help="nbits: MatMulNBits compute, 0 fp32, 4 int8 activations per block (default 4)")
+        parser.add_argument("--nbits-for", action="append", default=[], metavar="PATTERN",
+                            help="dynamic/static: quantize the MatMuls whose node or weight name matches this regex "
+                                 "as MatMulNBits 8-bit, block 32, accuracy level 4 instead (int8 activations per "
+                                 "token and block: for inputs with outlier tokens, e.g. down_proj after SwiGLU; "
+                                 "repeatable)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Int8Options:
+        """Refuses the options of the other method; the chosen method's not given take their defaults."""
+        nbits_only = {"--block-size": args.block_size, "--symmetric/--asymmetric": args.symmetric,
+                      "--accuracy-level": args.accuracy_level}
+        other = {"nbits": {"--per-tensor": args.per_channel, "--reduce-range/--full-range": args.reduce_range}}
+        given = [name for name, value in other.get(args.method, nbits_only).items() if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} do(es) not apply to --method {args.method}")
+        values = {"per_channel": args.per_channel, "reduce_range": args.reduce_range, "block_size": args.block_size,
+                  "symmetric": args.symmetric, "accuracy_level": args.accuracy_level}
+        return cls(args.method, smooth=args.smooth, nbits_for=tuple(args.nbits_for),
+                   **{k: v for k, v in values.items() if v is not None})
+
+    def quantization(self, path: str | Path) -> weight_stage.Quantization:
+        """The stage's quantizer and settings for the input at `path` (its calibration set when one is needed)."""
+        calibrated = calibration.stage_set(path) if self.method == "static" or self.smooth else None
+        fn, config = quantizer(self.method, self.per_channel, self.block_size, self.symmetric, self.accuracy_level,
+                               self.reduce_range, calibrated[0] if calibrated else None)
+        config = {**config, "smooth": self.smooth} if self.method != "nbits" else config
+        route = None
+        if self.nbits_for:
+            route = (list(self.nbits_for), *quantizers.nbits(8, **NBITS_FOR))
+            config = {**config, "nbits_for": list(self.nbits_for)}
+        return weight_stage.Quantization(config, fn, route=route, calibration=calibrated, smooth=self.smooth)
+
+
+def run(path: str | Path, out: str | Path, options: Int8Options, checks: WeightChecks, context: StageRun) -> dict:
+    """`python -m quantize int8`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+    return weight_stage.run("int8", path, out, options.quantization(path), checks, context)

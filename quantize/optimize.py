@@ -38,6 +38,7 @@ from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from families import validation as layouts_mod
 from quantize import stage
+from quantize.options import StageRun
 from quantize.passes import (
     gemm_to_matmul,
     ort_transformer,
@@ -119,13 +120,13 @@ def find_failing_pass(source: stage.StageInput, skip: set[str], threads: int, fa
 CHECKS = ("saved", "each", "all")
 
 
-def run(path: str | Path, out: Path, skip: set[str], threads: int, checks: str = "saved",
-        force: bool = False) -> dict:
-    """`python -m quantize optimize`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+def run(path: str | Path, out: Path, skip: set[str], context: StageRun, checks: str = "saved") -> dict:
+    """`python -m quantize optimize`: IN -> OUT/model.onnx + OUT/report.json; returns the report. `skip`: passes
+    left out; `checks`: when each pass is checked (CHECKS)."""
     if checks not in CHECKS:
         raise UsageError(f"--checks must be one of {', '.join(CHECKS)}, got {checks!r}")
-    check_folder_output(out, "optimize", [path], force)  # before any work
-    timings: dict[str, float] = {}
+    check_folder_output(out, "optimize", [path], context.force)  # before any work
+    threads, timings = context.threads, context.timings
     with step("load the input and run it at the validation layouts", timings):
         source = stage.read_input(path, threads)
     source.timings = timings
@@ -135,7 +136,7 @@ def run(path: str | Path, out: Path, skip: set[str], threads: int, checks: str =
     stage.name_nodes(model)
     model.producer_name, model.producer_version = "vlm-vision-onnx.quantize", "optimize"
     counts = stage.op_counts(model)
-    with staged_folder(out, "optimize", [path], force, keep_log=True) as tmp:
+    with staged_folder(out, "optimize", [path], context.force, keep_log=True) as tmp:
         with step("save", timings):
             files = onnx_io.save(model, tmp / "model.onnx")
         del model  # the check below runs the saved file: ORT's copy of the weights is the only one

@@ -43,7 +43,7 @@ from core import onnx_io, taps
 from core import parity as metrics
 from core.progress import say, step
 from core.session import open_session, outputs
-from quantize import outliers, quantizers
+from quantize import outliers, quantizers, stage
 
 #: Quantizer signature: (model file in, model file out, names of the MatMuls to leave fp32).
 Quantizer = Callable[[Path, Path, list[str]], None]
@@ -283,9 +283,14 @@ def worst_case(copy: Stressed, quantize: Quantizer, skip: list[str], layouts: li
     }
 
 
-def run(stressed: Stressed, quantize: Quantizer, skip: list[str], layouts: list[dict], inputs: list[dict],
-        mode: str, target: float, threads: int, timings: dict) -> dict:
-    """The check's report section; its `excluded` lists the MatMuls to leave fp32 in the real model."""
+def run(stressed: Stressed, quantize: Quantizer, skip: list[str], source: stage.StageInput, checks, context) -> dict:
+    """The check's report section; its `excluded` lists the MatMuls to leave fp32 in the real model.
+
+    `source`: the validation layouts and their inputs; `checks`
+    (`quantize.options.WeightChecks`): its `outliers` mode and `stress_target`; `context` (`quantize.options.StageRun`):
+    threads and step timings. (Duck-typed: quantize.options imports this module.)"""
+    layouts, inputs = source.layouts, source.inputs
+    mode, target, threads, timings = checks.outliers, checks.stress_target, context.threads, context.timings
     record, reference = stressed.record, stressed.reference
     with tempfile.TemporaryDirectory(prefix="outlier-stress-", dir=stressed.path.parent) as tmp:
         work = Path(tmp)

@@ -49,7 +49,8 @@ from core import report as reports
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.staging import check_folder_output, staged_folder
-from quantize import calibration, outlier_check, stage, weight_stage
+from quantize import calibration, outlier_check, stage
+from quantize.options import excluded
 
 STAGE = "ov-int8"
 #: The floor the variant ships under: the INT8 variant's (bench.sweep.FLOORS, core.engine.BF16_FLOOR).
@@ -95,7 +96,7 @@ class OvInt8Options:
                              f"got {self.precision!r}")
         if self.threads < 0:
             raise UsageError(f"--threads must be >= 0, got {self.threads}")
-        weight_stage.excluded([], list(self.exclude))  # a bad pattern is refused before any work
+        excluded([], list(self.exclude))  # a bad pattern is refused before any work
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -466,7 +467,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
         weighted, attention = matmuls(fp32)
         pixels = pixel_matmuls(fp32)
         weighted = [n for n in weighted if n not in pixels]
-        skip = weight_stage.excluded([(n, n) for n in weighted], list(options.exclude))
+        skip = excluded([(n, n) for n in weighted], list(options.exclude))
         if weighted and len(skip) == len(weighted):
             raise UsageError(f"--exclude {' '.join(options.exclude)} matches all {len(weighted)} MatMul(s): nothing "
                              "would be quantized; narrow the pattern")

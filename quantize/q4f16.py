@@ -24,7 +24,8 @@ from pathlib import Path
 
 from core import onnx_io
 from core.errors import UsageError
-from quantize import fp16, fp16_plan, weight_stage
+from quantize import fp16, weight_stage
+from quantize.options import StageRun
 
 STAGE = "q4f16"
 #: The INT4 floor (issue 28): min per-token cosine against fp32, on random weights and the realistic stress.
@@ -45,11 +46,11 @@ def int4_report(path: str | Path, int4: str | Path | None) -> tuple[Path, dict]:
     return folder, report
 
 
-def run(path: str | Path, out: str | Path, int4: str | Path | None = None, threads: int = 0, force: bool = False,
-        min_cosine: float = DEFAULT_MIN_COSINE, headroom: float = fp16_plan.DEFAULT_HEADROOM,
-        exclude: list[str] | None = None, outliers: str = "exclude") -> dict:
-    """`python -m quantize q4f16`: IN -> OUT/model.onnx + OUT/report.json; returns the report."""
+def run(path: str | Path, out: str | Path, int4: str | Path | None, options: fp16.Fp16Options,
+        context: StageRun) -> dict:
+    """`python -m quantize q4f16`: IN -> OUT/model.onnx + OUT/report.json; returns the report. `int4`: the int4
+    stage folder whose recipe to take (None: the `int4` folder beside IN); `options`: the fp16 stage's, with
+    DEFAULT_MIN_COSINE as the default floor."""
     folder, report = int4_report(path, int4)
     recipe = weight_stage.Recipe.read(report, folder)
-    return fp16.run(path, out, threads, force, min_cosine, headroom, exclude, outliers, weights=recipe,
-                    stage_name=STAGE)
+    return fp16.run(path, out, options, context, weights=recipe, stage_name=STAGE)

@@ -29,6 +29,7 @@ from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from families.qwen_vl import static_inputs
 from quantize import calibration, stage
+from quantize.options import StageRun
 from quantize.passes import decompose_layer_norm
 from runtime import npu
 
@@ -77,17 +78,17 @@ def _checked(model_file: Path, names: list[str], feeds: list[dict], reference: l
     return {"finite": finite, **metrics.worst(cases), "cases": cases}
 
 
-def run(path: str | Path, out: str | Path, threads: int = 0, force: bool = False,
-        min_cosine: float = DEFAULT_MIN_COSINE) -> dict:
+def run(path: str | Path, out: str | Path, context: StageRun, min_cosine: float = DEFAULT_MIN_COSINE) -> dict:
     """IN -> OUT/model.onnx + OUT/report.json; returns the report."""
     if not 0 <= min_cosine <= 1:
         raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
-    check_folder_output(out, STAGE, [path], force)
+    check_folder_output(out, STAGE, [path], context.force)
+    threads, force = context.threads, context.force
     model_path = onnx_io.model_path(path)
     if "static_grid_thw" not in onnx_io.metadata(model_path):  # before any work
         raise UsageError(f"{model_path} is not a static export: the QNN EP compiles static graphs only; export one "
                          "with python -m builders.vision --static WIDTHxHEIGHT")
-    timings: dict[str, float] = {}
+    timings = context.timings
     out = Path(out)
     with step("load the input and run it at the validation layouts", timings):
         source = stage.read_input(path, threads)

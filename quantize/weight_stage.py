@@ -11,7 +11,6 @@ gate. `min_cosine`: the floor the result must reach on the input's own weights, 
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,19 +24,8 @@ from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from quantize import outlier_channels, outlier_check, photo_check, quantizers, stage
+from quantize.options import StageRun, WeightChecks, excluded
 from quantize.passes import smooth_activations, unfuse_attention
-
-
-def excluded(nodes: list[tuple[str, str]], patterns: list[str], option: str = "--exclude") -> list[str]:
-    """Names of the (node name, weight name) pairs where either matches (re.search) one of `patterns`; a bad
-    pattern is a UsageError naming `option`."""
-    compiled = []
-    for p in patterns:
-        try:
-            compiled.append(re.compile(p))
-        except re.error as err:
-            raise UsageError(f"{option} {p!r} is not a valid regular expression: {err}") from None
-    return [n for n, w in nodes if any(c.search(n) or c.search(w) for c in compiled)]
 
 
 @dataclass
@@ -56,41 +44,37 @@ class Prepared:
     input_readers: list[str] = field(default_factory=list)
 
 
-#: bench.sweep turns this on: the stages it runs one after the other on the same input then reuse the
-#: input's reference outputs and outlier-stress copy instead of recomputing them for every point.
-KEEP_PREPARED = False
-#: bench.sweep sets this to a few validation cases (by name) to bound the cost of its many stages;
-#: None (what the commands do): every validation layout.
-CASES: tuple[str, ...] | None = None
+#: The prepared inputs of this process, for `StageRun.keep_prepared` (bench.sweep: the stages it runs one after the
+#: other on the same input reuse its reference outputs and outlier-stress copies instead of recomputing them).
 _prepared: dict[tuple, Prepared] = {}
 
 
-def _key(path: str | Path, threads: int) -> tuple:
+def _key(path: str | Path, context: StageRun) -> tuple:
     model_file = onnx_io.model_path(path).resolve()
     files = [model_file, model_file.with_name(model_file.name + ".data")]
-    return (str(model_file), threads, CASES,
+    return (str(model_file), context.threads, context.cases,
             tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()))
 
 
-def _keep_cases(source: stage.StageInput) -> None:
-    """Restrict the validation layouts to CASES (when set and any of them is present)."""
-    keep = [i for i, lay in enumerate(source.layouts) if CASES is None or lay["case"] in CASES]
+def _keep_cases(source: stage.StageInput, cases: tuple[str, ...] | None) -> None:
+    """Restrict the validation layouts to `cases` (when set and any of them is present)."""
+    keep = [i for i, lay in enumerate(source.layouts) if cases is None or lay["case"] in cases]
     if keep:
         source.layouts = [source.layouts[i] for i in keep]
         source.inputs = [source.inputs[i] for i in keep]
         source.reference = [source.reference[i] for i in keep]
 
 
-def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, timings: dict,
-            worst: bool = False) -> Prepared:
+def prepare(path: str | Path, context: StageRun, stress: bool, work_parent: Path, worst: bool = False) -> Prepared:
     """Load IN, run it at every layout, save its named copy (its gate stress copy when `stress`, and its
     worst-case copy when `worst` too)."""
-    key = _key(path, threads)
-    found = _prepared.get(key) if KEEP_PREPARED else None
+    threads, timings = context.threads, context.timings
+    key = _key(path, context)
+    found = _prepared.get(key) if context.keep_prepared else None
     if found is None:
         with step("load the input and run it at the validation layouts", timings):
             source = stage.read_input(path, threads)
-        _keep_cases(source)
+        _keep_cases(source, context.cases)
         stage.name_nodes(source.model)
         # a fused com.microsoft Attention hides its q/k/v weights from the quantizers: give them back as MatMuls
         refused: dict[str, str] = {}
@@ -116,7 +100,7 @@ def prepare(path: str | Path, threads: int, stress: bool, work_parent: Path, tim
     if stress and worst and found.worst is None:
         found.worst = outlier_check.prepare_worst_case(found.fp32_file, found.fp32_file.with_name("worst.onnx"),
                                                        timings)
-    if KEEP_PREPARED:
+    if context.keep_prepared:
         _prepared[key] = found
     return found
 
@@ -176,105 +160,161 @@ def no_matmul_error(model) -> UsageError:
     return UsageError(f"the model has no MatMul with a constant 2-D weight ({hint})")
 
 
-def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quantize: outlier_check.Quantizer,
-        exclude: list[str], threads: int, outliers: str, target: float = outlier_check.DEFAULT_TARGET,
-        force: bool = False, outlier_ratio: float = outlier_channels.DEFAULT_RATIO, min_cosine: float = 0.0,
-        worst_case_budget: float | None = outlier_check.DEFAULT_WORST_CASE_BUDGET,
-        promote: tuple[int, outlier_check.Quantizer, dict] | None = None,
-        calibration: tuple[Callable[[], list[dict]], dict] | None = None, smooth: bool = False,
-        route: tuple[list[str], outlier_check.Quantizer, dict] | None = None) -> dict:
-    """IN -> OUT/model.onnx + OUT/report.json through `quantize`; returns the report.
+@dataclass
+class Quantization:
+    """How a weight stage quantizes (int8 and int4 each build one from their options).
 
-    `config` (the stage's options) goes into the report as is. `outliers`: "exclude", "report" or "off".
-    `outlier_ratio` > 0: outlier input channels and output columns of each MatMul (max |value| above that many
-    times the median channel's, `quantize.outlier_channels`) are split off into fp32 MatMuls before
-    quantizing; 0: off. `min_cosine` > 0: the min per-token cosine against fp32 over the validation layouts
-    must reach it, else UsageError (exit 2) and nothing written. `worst_case_budget`: seconds for the
-    worst-case outlier-stress figure (`outlier_check.worst_case`); None: not measured. `promote` = (N, quantizer, its settings):
-    mixed precision, the N MatMuls most sensitive to `quantize` (each alone, on the input's own weights at the
-    first probe layout, `outlier_check.sensitivity`) go through that quantizer instead. `calibration` = (feeds,
-    what they are): `feeds()` gives the calibration set (`quantize.calibration`, made on first use) a static
-    quantizer also reads, said in the report; with `smooth`, every model is SmoothQuant-smoothed on its own maxima at those feeds before anything
-    else (`quantize.passes.smooth_activations.smoothing`, outermost: the outlier split sees smoothed inputs).
-    `route` = (patterns, quantizer, its settings): the MatMuls whose node or weight name matches a pattern go
-    through that quantizer instead (int8's `--nbits-for`), by name rather than by sensitivity.
+    `config`: the stage's settings, into the report as they are; `quantize`: the file -> file quantizer.
+    `promote` = (N, quantizer, its settings): mixed precision, the N MatMuls most sensitive to `quantize` (each
+    alone, on the input's own weights at the first probe layout, `outlier_check.sensitivity`) go through that
+    quantizer instead. `route` = (patterns, quantizer, its settings): the MatMuls whose node or weight name
+    matches a pattern go through that quantizer instead (int8's `--nbits-for`), by name rather than by
+    sensitivity. `calibration` = (feeds, what they are): `feeds()` gives the calibration set
+    (`quantize.calibration`, made on first use) a static quantizer also reads, said in the report; with `smooth`,
+    every model is SmoothQuant-smoothed on its own maxima at those feeds before anything else
+    (`quantize.passes.smooth_activations.smoothing`, outermost: the outlier split sees smoothed inputs).
     """
-    if outliers not in outlier_check.MODES:
-        raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
-    if not 0 < target <= 1:
-        raise UsageError(f"--stress-target must be in (0, 1], got {target}")
-    if not 0 <= min_cosine <= 1:
-        raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
-    if worst_case_budget is not None and worst_case_budget < 0:
-        raise UsageError(f"--worst-case-budget must be >= 0 seconds, got {worst_case_budget}")
-    if outlier_ratio != 0 and not outlier_ratio > 1:
-        raise UsageError(f"--outlier-ratio must be 0 (off) or greater than 1, got {outlier_ratio}")
-    excluded([], exclude)  # a bad pattern is refused before any work
-    if route:
-        excluded([], route[0], "--nbits-for")
-    check_folder_output(out, stage_name, [path], force)
-    timings: dict[str, float] = {}
+
+    config: dict
+    quantize: outlier_check.Quantizer
+    promote: tuple[int, outlier_check.Quantizer, dict] | None = None
+    route: tuple[list[str], outlier_check.Quantizer, dict] | None = None
+    calibration: tuple[Callable[[], list[dict]], dict] | None = None
+    smooth: bool = False
+
+    def __post_init__(self):
+        if self.route:
+            excluded([], self.route[0], "--nbits-for")  # a bad pattern is refused before any work
+        if self.smooth and self.calibration is None:
+            raise ValueError("smooth=True needs calibration=(feeds, about)")
+
+
+@dataclass
+class Composed:
+    """The stage's final quantizer and what composing it found: `mixed` (the report's mixed_precision),
+    `split` (outlier channels per model file), `smoothing` (per model file)."""
+
+    quantize: outlier_check.Quantizer
+    mixed: dict | None = None
+    split: dict[str, outlier_channels.Found] = field(default_factory=dict)
+    smoothing: dict = field(default_factory=dict)
+
+
+def compose(quantization: Quantization, prepared: Prepared, skip: list[str], checks: WeightChecks,
+            context: StageRun) -> Composed:
+    """The quantizer every model of the stage goes through, innermost first: mixed precision or `--nbits-for`
+    routing, the outlier-channel split, smoothing, and the patch embedding kept fp32."""
+    source, threads = prepared.source, context.threads
+    done = Composed(quantization.quantize)
+    probe = outlier_check.probe_indices(source.layouts)
+    if quantization.promote and quantization.promote[0]:
+        count, high, high_config = quantization.promote
+        with tempfile.TemporaryDirectory(prefix="sensitivity-", dir=prepared.fp32_file.parent) as tmp, \
+                step("mixed precision: sensitivity of each MatMul alone", context.timings):
+            ranked = outlier_check.sensitivity(prepared.fp32_file, done.quantize, source.inputs[probe[0]], Path(tmp),
+                                               threads)
+        promoted = [r["node"] for r in ranked if r["node"] not in skip][:count]
+        done.quantize = quantizers.mixed(done.quantize, high, promoted)
+        done.mixed = {"promoted": promoted, "quantizer": high_config, "case": source.layouts[probe[0]]["case"],
+                      "sensitivity": ranked}
+    if quantization.route and quantization.route[0]:
+        patterns, other, other_config = quantization.route
+        routed = [n for n in excluded(prepared.nodes, patterns, "--nbits-for") if n not in skip]
+        if not routed:
+            raise UsageError(f"--nbits-for {' '.join(patterns)} matches none of the {len(prepared.nodes)} "
+                             "MatMul(s) left to quantize; check the pattern against the node or weight names")
+        done.quantize = quantizers.mixed(done.quantize, other, routed)
+        done.mixed = {"promoted": routed, "patterns": patterns, "quantizer": other_config}
+    if checks.outlier_ratio:
+        done.quantize = outlier_channels.keeping_outliers_fp32(done.quantize, [source.inputs[i] for i in probe],
+                                                               threads, checks.outlier_ratio, done.split)
+    if quantization.smooth:
+        done.quantize = smooth_activations.smoothing(done.quantize, quantization.calibration[0], threads,
+                                                     done.smoothing)
+    done.quantize = quantizers.keeping_fp32(done.quantize, prepared.input_readers)
+    return done
+
+
+def stress_checks(prepared: Prepared, quantize: outlier_check.Quantizer, skip: list[str], checks: WeightChecks,
+                  context: StageRun) -> tuple[dict | None, list[str], dict | None]:
+    """(the outlier-stress gate's report section, the MatMuls it keeps fp32, the worst-case figure) — None, [],
+    None with `--outliers off`; the worst case only with a `--worst-case-budget`."""
+    if checks.outliers == "off":
+        return None, [], None
+    source = prepared.source
+    stress = outlier_check.run(prepared.stressed, quantize, skip, source, checks, context)
+    worst_case = (outlier_check.worst_case(prepared.worst, quantize, skip + stress["excluded"], source.layouts,
+                                           source.inputs, context.threads, context.timings, checks.worst_case_budget)
+                  if checks.worst_case_budget is not None else None)
+    return stress, stress["excluded"], worst_case
+
+
+def _skipped(prepared: Prepared, exclude: list[str]) -> list[str]:
+    """The MatMuls `--exclude` keeps fp32; UsageError when that is all of them."""
+    skip = excluded(prepared.nodes, exclude)
+    if len(skip) == len(prepared.nodes):
+        raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(prepared.nodes)} MatMul(s): nothing "
+                         "would be quantized; narrow the pattern")
+    return skip
+
+
+def _validated(stage_name: str, model_file: Path, source: stage.StageInput, min_cosine: float,
+               context: StageRun) -> tuple[list[dict], dict]:
+    """(per-layout cases, their worst) of the quantized model against fp32; UsageError below `min_cosine`."""
+    with step("compare with fp32 at the validation layouts", context.timings):
+        cases = metrics.check(open_session(model_file, context.threads), source.layouts, source.inputs,
+                              source.reference, tolerance=None)
+    worst = metrics.worst(cases)
+    if min_cosine and not (worst["min_token_cosine"] or 0) >= min_cosine:
+        case = min(cases, key=lambda c: metrics.worst([c])["min_token_cosine"] or 1)["case"]
+        raise UsageError(f"the {stage_name} model reaches min per-token cosine {worst['min_token_cosine']:.5f} "
+                         f"against fp32 (at '{case}'), below --min-cosine {min_cosine}; nothing written "
+                         "(try other options, or a lower floor)")
+    return cases, worst
+
+
+def _split_record(ratio: float, prepared: Prepared, split: dict[str, outlier_channels.Found]) -> dict | None:
+    """The report's outlier_channels section (None when the split is off)."""
+    if not ratio:
+        return None
+    return {"ratio": ratio,
+            "how": ("input channels and output columns whose max |value| at the calibration layouts exceeds "
+                    "ratio x the median channel's are split off into fp32 MatMuls (quantize/outlier_channels.py)"),
+            "calibration_cases": [prepared.source.layouts[i]["case"]
+                                  for i in outlier_check.probe_indices(prepared.source.layouts)],
+            "model": split.get(prepared.fp32_file.name, {}),
+            "outlier_stress_model": split.get(prepared.stressed.path.name) if prepared.stressed else None}
+
+
+def run(stage_name: str, path: str | Path, out: str | Path, quantization: Quantization, checks: WeightChecks,
+        context: StageRun) -> dict:
+    """IN -> OUT/model.onnx + OUT/report.json through `quantization`, checked by `checks`; returns the report.
+
+    `checks.min_cosine` > 0: the min per-token cosine against fp32 over the validation layouts must reach it,
+    else UsageError (exit 2) and nothing written. `checks.outlier_ratio` > 0: outlier input channels and output
+    columns of each MatMul (max |value| above that many times the median channel's, `quantize.outlier_channels`)
+    are split off into fp32 MatMuls before quantizing. `checks.worst_case_budget`: seconds for the worst-case
+    outlier-stress figure (`outlier_check.worst_case`); None: not measured.
+    """
+    exclude, timings = list(checks.exclude), context.timings
+    check_folder_output(out, stage_name, [path], context.force)
     out = Path(out)
-    prepared = prepare(path, threads, outliers != "off", out.parent, timings, worst=worst_case_budget is not None)
+    prepared = prepare(path, context, checks.outliers != "off", out.parent,
+                       worst=checks.worst_case_budget is not None)
     source = prepared.source
     try:
-        skip = excluded(prepared.nodes, exclude)
-        if len(skip) == len(prepared.nodes):
-            raise UsageError(f"--exclude {' '.join(exclude)} matches all {len(prepared.nodes)} MatMul(s): nothing "
-                             "would be quantized; narrow the pattern")
-        split_record: dict[str, outlier_channels.Found] = {}
-        probe = outlier_check.probe_indices(source.layouts)
-        mixed = None
-        if promote and promote[0]:
-            count, high, high_config = promote
-            with tempfile.TemporaryDirectory(prefix="sensitivity-", dir=prepared.fp32_file.parent) as tmp, \
-                    step("mixed precision: sensitivity of each MatMul alone", timings):
-                ranked = outlier_check.sensitivity(prepared.fp32_file, quantize, source.inputs[probe[0]], Path(tmp),
-                                                   threads)
-            promoted = [r["node"] for r in ranked if r["node"] not in skip][:count]
-            quantize = quantizers.mixed(quantize, high, promoted)
-            mixed = {"promoted": promoted, "quantizer": high_config, "case": source.layouts[probe[0]]["case"],
-                     "sensitivity": ranked}
-        if route and route[0]:
-            patterns, other, other_config = route
-            routed = [n for n in excluded(prepared.nodes, patterns, "--nbits-for") if n not in skip]
-            if not routed:
-                raise UsageError(f"--nbits-for {' '.join(patterns)} matches none of the {len(prepared.nodes)} "
-                                 "MatMul(s) left to quantize; check the pattern against the node or weight names")
-            quantize = quantizers.mixed(quantize, other, routed)
-            mixed = {"promoted": routed, "patterns": patterns, "quantizer": other_config}
-        if outlier_ratio:
-            quantize = outlier_channels.keeping_outliers_fp32(quantize, [source.inputs[i] for i in probe], threads,
-                                                              outlier_ratio, split_record)
-        smoothing: dict = {}
-        if smooth:
-            if calibration is None:
-                raise ValueError("smooth=True needs calibration=(feeds, about)")
-            quantize = smooth_activations.smoothing(quantize, calibration[0], threads, smoothing)
-        quantize = quantizers.keeping_fp32(quantize, prepared.input_readers)
-        stress = None
-        if outliers != "off":
-            stress = outlier_check.run(prepared.stressed, quantize, skip, source.layouts, source.inputs, outliers,
-                                       target, threads, timings)
-        stress_skip = stress["excluded"] if stress else []
-        worst_case = (outlier_check.worst_case(prepared.worst, quantize, skip + stress_skip, source.layouts,
-                                               source.inputs, threads, timings, worst_case_budget)
-                      if stress and worst_case_budget is not None else None)
-        with staged_folder(out, stage_name, [path], force, keep_log=True) as staged:
+        skip = _skipped(prepared, exclude)
+        composed = compose(quantization, prepared, skip, checks, context)
+        quantize, mixed, split_record = composed.quantize, composed.mixed, composed.split
+        stress, stress_skip, worst_case = stress_checks(prepared, quantize, skip, checks, context)
+        with staged_folder(out, stage_name, [path], context.force, keep_log=True) as staged:
             model_file = staged / "model.onnx"
+            config, calibration = quantization.config, quantization.calibration
             with step(f"quantize ({', '.join(f'{k} {v}' for k, v in config.items())})", timings):
                 quantize(prepared.fp32_file, model_file, skip + stress_skip)
-            with step("compare with fp32 at the validation layouts", timings):
-                cases = metrics.check(open_session(model_file, threads), source.layouts, source.inputs,
-                                     source.reference, tolerance=None)
-            worst = metrics.worst(cases)
-            if min_cosine and not (worst["min_token_cosine"] or 0) >= min_cosine:
-                case = min(cases, key=lambda c: metrics.worst([c])["min_token_cosine"] or 1)["case"]
-                raise UsageError(f"the {stage_name} model reaches min per-token cosine {worst['min_token_cosine']:.5f} "
-                                 f"against fp32 (at '{case}'), below --min-cosine {min_cosine}; nothing written "
-                                 "(try other options, or a lower floor)")
+            cases, worst = _validated(stage_name, model_file, source, checks.min_cosine, context)
             with step("compare with fp32 on held-out photos", timings):
-                photos = photo_check.measure(source.path, model_file, threads)
+                photos = photo_check.measure(source.path, model_file, context.threads)
             model = onnx_io.load(model_file)
             if mixed:
                 mixed["nbits_by_bits"] = quantizers.nbits_by_bits(model)
@@ -289,26 +329,18 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             input_files = onnx_io.file_sizes(source.path)
             report = {
                 **stage.report_header(stage_name, source),
-                "config": {**config, "exclude": exclude, "outliers": outliers, "min_cosine": min_cosine},
+                "config": {**config, "exclude": exclude, "outliers": checks.outliers, "min_cosine": checks.min_cosine},
                 "quantized_nodes": quantizers.quantized_count(model),
                 "fp32_weight_nodes": fp32,
                 "op_counts": stage.op_counts(model),
                 "validation": {"reference": "fp32 input model in ONNX Runtime", "machine": cpu.facts(), **worst,
                                "cases": cases, "photos": photos},
-                "outlier_channels": {
-                    "ratio": outlier_ratio,
-                    "how": ("input channels and output columns whose max |value| at the calibration layouts exceeds "
-                            "ratio x the median channel's are split off into fp32 MatMuls "
-                            "(quantize/outlier_channels.py)"),
-                    "calibration_cases": [source.layouts[i]["case"] for i in probe],
-                    "model": split_record.get(prepared.fp32_file.name, {}),
-                    "outlier_stress_model": split_record.get(prepared.stressed.path.name) if prepared.stressed else None,
-                } if outlier_ratio else None,
+                "outlier_channels": _split_record(checks.outlier_ratio, prepared, composed.split),
                 "mixed_precision": mixed,
-                "calibration": {**calibration[1], "items": len(calibration[0]())} if calibration else None,
-                "smoothing": {"model": smoothing.get(prepared.fp32_file.name),
-                              "outlier_stress_model": smoothing.get(prepared.stressed.path.name)
-                              if prepared.stressed else None} if smooth else None,
+                "calibration": ({**calibration[1], "items": len(calibration[0]())} if calibration else None),
+                "smoothing": {"model": composed.smoothing.get(prepared.fp32_file.name),
+                              "outlier_stress_model": composed.smoothing.get(prepared.stressed.path.name)
+                              if prepared.stressed else None} if quantization.smooth else None,
                 "outlier_stress": stress,
                 "outlier_stress_worst_case": worst_case,
                 **stage.size_record(files, input_files),
@@ -317,7 +349,7 @@ def run(stage_name: str, path: str | Path, out: str | Path, config: dict, quanti
             del model
             reports.write(staged, report)
     finally:
-        if not KEEP_PREPARED:
+        if not context.keep_prepared:
             prepared.folder.cleanup()
     worst_line = (f"worst case {worst_case['validation']['min_token_cosine']:.5f}" if worst_case else
                   "worst case not measured (--worst-case-budget S)")

@@ -9,6 +9,7 @@ import pytest
 from bench import profile_ops
 from quantize import __main__ as cli
 from quantize import optimize as optimize_stage
+from quantize.options import StageRun
 from tests.conftest import single_error
 
 
@@ -86,7 +87,7 @@ def tiny_build(tiny_exports, tmp_path_factory):
     """BUILD/tiny/int8/model.onnx: the tiny export optimized (no per-pass checks) and quantized dynamic int8."""
     build = tmp_path_factory.mktemp("profile-build")
     optimized = build / "optimized-input"
-    optimize_stage.run(tiny_exports["torchscript"], optimized, set(), threads=1)
+    optimize_stage.run(tiny_exports["torchscript"], optimized, set(), StageRun(threads=1))
     assert cli.main(["int8", str(optimized), str(build / "tiny" / "int8"), "--threads", "1",
                      "--outliers", "off"]) == 0
     return build

@@ -7,6 +7,7 @@ import pytest
 
 from quantize import __main__ as cli
 from quantize import quantizers
+from quantize.options import StageRun
 from tests import test_quantize_support as support
 from tests.conftest import single_error
 
@@ -124,5 +125,5 @@ def test_a_pass_that_breaks_parity_is_named_and_nothing_is_written(tiny_exports,
     monkeypatch.setitem(optimize.PASSES, "rotary", (title, broken))
     out = tmp_path / "optimized"
     with pytest.raises(CheckFailed, match=r"pass 'rotary' .* breaks parity at .*--skip rotary"):
-        optimize.run(tiny_exports["torchscript"], out, set(), threads=1)
+        optimize.run(tiny_exports["torchscript"], out, set(), StageRun(threads=1))
     assert not out.exists() and not list(tmp_path.iterdir())
