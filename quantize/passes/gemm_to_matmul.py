@@ -35,8 +35,19 @@ class GemmToMatMulAdd(RewriteRuleClassBase):
         weight = _rules.const(w)
         if y.producer().attributes.get_int("transB", 0):
             weight = np.ascontiguousarray(weight.T)
-        matmul = op.MatMul(x, op.initializer(ir.tensor(weight), name=f"{w.name}.matmul"))
+        matmul = op.MatMul(x, op.initializer(ir.tensor(weight), name=_free_name(w, f"{w.name}.matmul")))
         return op.Add(matmul, b) if self.with_bias else matmul
+
+
+def _free_name(w: ir.Value, name: str) -> str:
+    """`name`, or `name_1`, `name_2`, ... when the graph already holds an initializer of that name (Gemms sharing a
+    weight: each gets its own MatMul weight, all of them in the graph)."""
+    taken = w.graph.initializers if w.graph is not None else {}
+    candidate, number = name, 0
+    while candidate in taken:
+        number += 1
+        candidate = f"{name}_{number}"
+    return candidate
 
 
 RULES = RewriteRuleSet([GemmToMatMulAdd.rule("gemm_bias", True), GemmToMatMulAdd.rule("gemm", False)])
