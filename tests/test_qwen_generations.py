@@ -1,7 +1,11 @@
 """Qwen2-VL, Qwen2.5-VL (window attention) and Qwen3.5 beside Qwen3-VL: each tiny config through both exporters
 against transformers' eager model (mixed sizes, video, same-patch-count layouts, a large image, and for
 Qwen2.5-VL partial edge windows and packs whose windows would touch), then every stage of `make export`, and
-the family read from a checkpoint."""
+the family read from a checkpoint.
+
+The tiny configs are found, not listed (`TINY`): every configs/*-tiny.yaml of a Qwen generation but Qwen3-VL's
+(the rest of the suite runs that one). A new one — as configs/qwen2.5-vl-w16-tiny.yaml, Qwen2.5-VL with windows
+of 16 x 16 patches — runs through every test here without an edit."""
 
 import json
 import shutil
@@ -14,13 +18,14 @@ import safetensors.torch
 
 from bench import shipped
 from builders import onnx_export, validate, vision
-from builders.config import load_config
+from builders.config import CONFIG_DIR, load_config
 from builders.qwen_vl import layouts
 from builders.qwen_vl.family import BUILDERS
 from builders.qwen_vl.model import VisionEncoder, build_random, reference_outputs
 from builders.qwen_vl.patcher import WINDOW_ATTR
 from core import onnx_io, session
 from families.qwen_vl.generations import GENERATIONS
+from families.qwen_vl.layouts import window_packs
 from quantize import __main__ as quantize_cli
 from release import __main__ as release_cli
 from runtime import __main__ as runtime_cli
@@ -33,10 +38,28 @@ from tests.test_preprocess_qwen3_vl_video import (  # noqa: F401 -- fixtures
 )
 from tests.test_segment_attention import quadratic_tensors, runtime_shapes
 
-TINY = {"qwen2-vl": "qwen2-vl-tiny", "qwen2.5-vl": "qwen2.5-vl-tiny", "qwen3.5": "qwen3.5-tiny"}
+
+def tiny_configs() -> dict[str, str]:
+    """{config name: family} of every configs/*-tiny.yaml of a Qwen generation but Qwen3-VL."""
+    found = {path.stem: load_config(path.stem).family for path in sorted(CONFIG_DIR.glob("*-tiny.yaml"))}
+    return {name: family for name, family in found.items() if family in GENERATIONS and family != "qwen3-vl"}
+
+
+TINY = tiny_configs()
 PATHS = ["torchscript", "dynamo"]
-PATCH_DIM = {"qwen2-vl": 1176, "qwen2.5-vl": 1176, "qwen3.5": 1536}
+WINDOWED = "qwen2.5-vl-tiny"  # the published window geometry (8 x 8 patches), for the window-specific tests
 WINDOW_CASES = ("windows: partial edges 10x14", "windows: partial windows of touching images")
+
+
+def patch_dim(name: str) -> int:
+    vision = load_config(name).vision
+    return vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2
+
+
+def window_patches(name: str) -> int:
+    """The config's window side in patches (0: no windows)."""
+    vision = load_config(name).vision
+    return vision["window_size"] // vision["patch_size"] if GENERATIONS[TINY[name]].windows else 0
 #: Packs whose windows (8 x 8 patches) are cut at the frame edges, of frames of every size class.
 WINDOW_PACKS = [[[1, 2, 2]], [[1, 8, 8], [1, 10, 2]], [[3, 6, 18]], [[1, 30, 14], [2, 4, 4], [1, 16, 10]]]
 SHIPPED = shipped.makefile_flags(shipped.ROOT / "Makefile")
@@ -44,20 +67,20 @@ SHIPPED = shipped.makefile_flags(shipped.ROOT / "Makefile")
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory) -> dict:
-    """{(family, exporter): folder} of the tiny exports, built once."""
+    """{(config name, exporter): folder} of the tiny exports, built once."""
     root = tmp_path_factory.mktemp("generations")
     folders = {}
-    for family, name in TINY.items():
+    for name in TINY:
         for path in PATHS:
-            out = root / f"{family}-{path}"
+            out = root / f"{name}-{path}"
             assert vision.main(["--model", name, "--out", str(out)] + (["--dynamo"] if path == "dynamo" else [])) == 0
-            folders[family, path] = out
+            folders[name, path] = out
     return folders
 
 
 @pytest.fixture(scope="module")
 def models() -> dict:
-    return {family: build_random(load_config(name), seed=0) for family, name in TINY.items()}
+    return {name: build_random(load_config(name), seed=0) for name in TINY}
 
 
 def _report(folder) -> dict:
@@ -65,41 +88,63 @@ def _report(folder) -> dict:
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("family", TINY)
-def test_export_report_passes_every_case(exports, family, path):
-    report = _report(exports[family, path])
+@pytest.mark.parametrize("name", TINY)
+def test_export_report_passes_every_case(exports, name, path):
+    """Every case passes; a windowed config's suite has the partial windows of its own window size."""
+    report = _report(exports[name, path])
     cases = report["validation"]["cases"]
-    assert report["family"] == family and report["validation"]["passed"] and all(c["ok"] for c in cases)
+    assert report["family"] == TINY[name] and report["validation"]["passed"] and all(c["ok"] for c in cases)
     names = [c["case"] for c in cases]
     for required in ("image 448x448", "image 1024x1024", "pack 448x448 + 336x336", "video t=2 256x256",
                      "pack image + video t=2 + image"):
         assert required in names
-    assert all(name in names for name in WINDOW_CASES) == (family == "qwen2.5-vl")
+    window = window_patches(name)
+    assert [c for c in names if c.startswith("windows:")] == ([c for c, _ in window_packs(window)] if window else [])
+    if window:
+        edges = dict(window_packs(window))[f"windows: partial edges {window + 2}x{2 * window - 2}"][0]
+        assert edges[1] % window and edges[2] % window  # both edges cut a window
+        meta = {p.key: p.value for p in onnx.load(str(exports[name, path] / "model.onnx")).metadata_props}
+        assert int(meta["window_patches"]) == window
     assert_cases_within_tolerance(cases)
 
 
+def test_torch_free_layouts_size_the_window_packs_from_the_metadata():
+    """A model's `window_patches` sizes its partial-window packs; an export older than the key has the published
+    8 x 8 windows; a generation without windows has none."""
+    from families import FAMILIES
+
+    def window_cases(family: str, metadata: dict) -> dict:
+        return {case: layout["grid_thw"] for case, layout in FAMILIES[family].default_layouts(metadata)
+                if case.startswith("windows:")}
+
+    assert window_cases("qwen2.5-vl", {"window_patches": "16"})["windows: partial edges 18x30"] == [[1, 18, 30]]
+    assert "windows: partial edges 10x14" in window_cases("qwen2.5-vl", {})
+    assert window_cases("qwen2-vl", {"window_patches": "16"}) == {}
+
+
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("family", TINY)
-def test_io_contract(exports, family, path):
-    model = onnx.load(str(exports[family, path] / "model.onnx"))
+@pytest.mark.parametrize("name", TINY)
+def test_io_contract(exports, name, path):
+    family = TINY[name]
+    model = onnx.load(str(exports[name, path] / "model.onnx"))
 
     def dims(values):
         return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
 
-    assert dims(model.graph.input) == {"pixel_values": ["num_patches", PATCH_DIM[family]], "grid_thw": ["num_images", 3]}
+    assert dims(model.graph.input) == {"pixel_values": ["num_patches", patch_dim(name)], "grid_thw": ["num_images", 3]}
     assert dims(model.graph.output) == {"image_features": ["num_tokens", 96]}  # no DeepStack
     meta = {p.key: p.value for p in model.metadata_props}
     assert meta["family"] == family and meta["exporter"] == path and meta["deepstack_visual_indexes"] == "[]"
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("family", TINY)
-def test_random_layouts_match_eager(exports, models, family, path):
-    sess = session.open_session(exports[family, path] / "model.onnx")
+@pytest.mark.parametrize("name", TINY)
+def test_random_layouts_match_eager(exports, models, name, path):
+    sess = session.open_session(exports[name, path] / "model.onnx")
     rng = np.random.default_rng(7)
-    cases = [(str(p), dict(zip(("pixel_values", "grid_thw"), layouts.random_pixels(p, PATCH_DIM[family], rng))))
+    cases = [(str(p), dict(zip(("pixel_values", "grid_thw"), layouts.random_pixels(p, patch_dim(name), rng))))
              for p in RANDOM_PACKS + WINDOW_PACKS]
-    records = validate.validate(lambda feed: sess.run(None, feed), BUILDERS[family].reference(models[family]),
+    records = validate.validate(lambda feed: sess.run(None, feed), BUILDERS[TINY[name]].reference(models[name]),
                                 cases, ["image_features"], 1e-4)
     assert not [(r["case"], r.get("error") or r["outputs"]) for r in records if not r["ok"]]
 
@@ -107,7 +152,7 @@ def test_random_layouts_match_eager(exports, models, family, path):
 def test_attention_without_windows_is_caught(models, tmp_path):
     """Control: Qwen2.5-VL exported with every block attending per frame (windows ignored) fails the window
     cases: the suite sees the windows."""
-    visual, builder = models["qwen2.5-vl"], BUILDERS["qwen2.5-vl"]
+    visual, builder = models[WINDOWED], BUILDERS["qwen2.5-vl"]
     module = VisionEncoder(visual).eval()
     for block in visual.blocks:
         setattr(block.attn, WINDOW_ATTR, 0)
@@ -133,57 +178,57 @@ def test_windows_run_one_attention_per_window_and_no_n_by_n_tensor(exports, path
     cut back at the edges), each full block one per frame; no tensor of N x N size."""
     config = load_config("qwen2.5-vl-tiny").vision  # blocks 0 and 2 attend in windows, 1 and 3 per frame
     pack = [[1, 60, 36]]  # 8 x 5 windows: the last row 4 patches high, the last column 4 wide
-    pixels, grid = layouts.random_pixels(pack, PATCH_DIM["qwen2.5-vl"], np.random.default_rng(0))
-    shapes = runtime_shapes(str(exports["qwen2.5-vl", path] / "model.onnx"),
+    pixels, grid = layouts.random_pixels(pack, patch_dim(WINDOWED), np.random.default_rng(0))
+    shapes = runtime_shapes(str(exports[WINDOWED, path] / "model.onnx"),
                             {"pixel_values": pixels, "grid_thw": grid}, tmp_path)
     attention = [shape[1] for op, shape in shapes if op == "MultiHeadAttention"]
     full = len(config["fullatt_block_indexes"])
     window_rows = [8 * 8] * (7 * 4) + [8 * 4] * 7 + [4 * 8] * 4 + [4 * 4]
     assert sorted(attention) == sorted(window_rows * (config["depth"] - full) + [60 * 36] * full)
-    assert not quadratic_tensors(shapes, pixels.shape[0], PATCH_DIM["qwen2.5-vl"])
+    assert not quadratic_tensors(shapes, pixels.shape[0], patch_dim(WINDOWED))
 
 
 # ---------------------------------------------------------------- every stage of `make export`
 @pytest.fixture(scope="module")
 def stages(exports, tmp_path_factory) -> dict:
-    """{family: {stage: folder}}: surgery, optimize, int8, int4 (the Makefile's shipped flags) and fp16 of the
+    """{config name: {stage: folder}}: surgery, optimize, int8, int4 (the Makefile's shipped flags) and fp16 of the
     TorchScript exports, laid out as `make export FP16=1` lays out build/MODEL/."""
     root = tmp_path_factory.mktemp("generation-stages")
     out = {}
-    for family, config in TINY.items():
+    for config in TINY:
         folders = {name: root / config / name for name in ("export", "surgery", "optimized", "int8", "int4", "fp16")}
-        shutil.copytree(exports[family, "torchscript"], folders["export"])
+        shutil.copytree(exports[config, "torchscript"], folders["export"])
         assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
         assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
         for stage in ("int8", "int4"):
             assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), *SHIPPED[stage]]) == 0
         assert quantize_cli.main(["fp16", str(folders["optimized"]), str(folders["fp16"])]) == 0
-        out[family] = folders
+        out[config] = folders
     return out
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_every_stage_passes_at_every_export_layout(stages, family):
-    export_cases = [c["case"] for c in _report(stages[family]["export"])["validation"]["cases"]]
+@pytest.mark.parametrize("config", TINY)
+def test_every_stage_passes_at_every_export_layout(stages, config):
+    export_cases = [c["case"] for c in _report(stages[config]["export"])["validation"]["cases"]]
     for name in ("surgery", "optimized", "int8", "int4", "fp16"):
-        report = _report(stages[family][name])
-        assert report["family"] == family, name
+        report = _report(stages[config][name])
+        assert report["family"] == TINY[config], name
         cases = report["validation"]["cases"]
         assert [c["case"] for c in cases] == export_cases and all(c["ok"] for c in cases), name
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_optimized_graph_is_fused(stages, family):
+@pytest.mark.parametrize("name", TINY)
+def test_optimized_graph_is_fused(stages, name):
     """One unmasked MultiHeadAttention per block, q and k rotated by RotaryEmbedding, no Gemm, and Qwen2.5-VL's
     RMSNorm as SimplifiedLayerNormalization (every norm: two per block and the merger's)."""
-    depth = load_config(TINY[family]).vision["depth"]
-    model = ir.load(str(stages[family]["optimized"] / "model.onnx"))
+    depth = load_config(name).vision["depth"]
+    model = ir.load(str(stages[name]["optimized"] / "model.onnx"))
     nodes = [n for n in model.graph] + [n for node in model.graph for a in node.attributes.values()
                                         if a.type == ir.AttributeType.GRAPH for n in a.value]
     ops = [n.op_type for n in nodes]
     assert ops.count("MultiHeadAttention") == depth and ops.count("RotaryEmbedding") == 2 * depth
     assert "Gemm" not in ops and "Softmax" not in ops
-    norm = "SimplifiedLayerNormalization" if family == "qwen2.5-vl" else "LayerNormalization"
+    norm = "SimplifiedLayerNormalization" if TINY[name] == "qwen2.5-vl" else "LayerNormalization"
     assert ops.count(norm) == 2 * depth + 1
 
 
@@ -202,26 +247,26 @@ def _save_checkpoint(folder, family: str, visual) -> None:
 def checkpoints(models, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("generation-checkpoints")
     folders = {}
-    for family in models:
+    for name in models:
         # other weights than the config's seed: the export must read them from the checkpoint
-        trained = build_random(load_config(TINY[family]), seed=1)
-        _save_checkpoint(root / family, family, trained)
-        folders[family] = root / family
+        trained = build_random(load_config(name), seed=1)
+        _save_checkpoint(root / name, TINY[name], trained)
+        folders[name] = root / name
     return folders
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_checkpoint_names_its_family(checkpoints, family, tmp_path):
+@pytest.mark.parametrize("name", TINY)
+def test_checkpoint_names_its_family(checkpoints, name, tmp_path):
     out = tmp_path / "export"
-    assert vision.main(["--checkpoint", str(checkpoints[family]), "--example-grid", "1,8,8",
+    assert vision.main(["--checkpoint", str(checkpoints[name]), "--example-grid", "1,8,8",
                         "--example-grid", "1,6,10", "--out", str(out)]) == 0
     report = _report(out)
-    assert report["family"] == family and report["weights"] == "checkpoint" and report["validation"]["passed"]
+    assert report["family"] == TINY[name] and report["weights"] == "checkpoint" and report["validation"]["passed"]
 
 
 def test_a_model_of_another_family_is_refused(checkpoints, tmp_path, capsys):
     out = tmp_path / "export"
-    assert vision.main(["--model", "qwen3-vl-tiny", "--checkpoint", str(checkpoints["qwen2.5-vl"]),
+    assert vision.main(["--model", "qwen3-vl-tiny", "--checkpoint", str(checkpoints[WINDOWED]),
                         "--out", str(out)]) == 2
     line = single_error(capsys.readouterr().err)
     assert "--model qwen3-vl-tiny is a qwen3-vl config" in line and "is qwen2.5-vl" in line
@@ -231,25 +276,25 @@ def test_a_model_of_another_family_is_refused(checkpoints, tmp_path, capsys):
 # ---------------------------------------------------------------- package, verify, embed, genai
 @pytest.fixture(scope="module")
 def packages(stages, tmp_path_factory) -> dict:
-    """{family: dist/MODEL} made by `python -m release package` from the stages."""
+    """{config name: dist/MODEL} made by `python -m release package` from the stages."""
     dist = tmp_path_factory.mktemp("generation-dist")
-    for family in TINY:
-        assert release_cli.main(["package", str(stages[family]["export"].parent), "--dist", str(dist),
+    for name in TINY:
+        assert release_cli.main(["package", str(stages[name]["export"].parent), "--dist", str(dist),
                                  "--threads", "1"]) == 0
-    return {family: dist / TINY[family] for family in TINY}
+    return {name: dist / name for name in TINY}
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_package_names_its_generation_and_verifies(packages, family, capsys):
-    config = json.loads((packages[family] / "config.json").read_text())
-    generation = GENERATIONS[family]
+@pytest.mark.parametrize("name", TINY)
+def test_package_names_its_generation_and_verifies(packages, name, capsys):
+    config = json.loads((packages[name] / "config.json").read_text())
+    generation = GENERATIONS[TINY[name]]
     assert config["model_type"] == generation.model_type  # what transformers' and transformers.js's AutoConfig read
-    assert config["vision_config"]["patch_size"] == {1176: 14, 1536: 16}[PATCH_DIM[family]]
+    assert config["vision_config"]["patch_size"] == load_config(name).vision["patch_size"]
     assert config["architectures"][0].endswith("ForConditionalGeneration")
-    processor = json.loads((packages[family] / "preprocessor_config.json").read_text())
+    processor = json.loads((packages[name] / "preprocessor_config.json").read_text())
     assert processor["image_mean"] == generation.processor["image_mean"]
     assert (processor["size"]["shortest_edge"], processor["size"]["longest_edge"]) == generation.pixel_bounds
-    assert runtime_cli.main(["verify", str(packages[family]), "--threads", "1"]) == 0
+    assert runtime_cli.main(["verify", str(packages[name]), "--threads", "1"]) == 0
 
 
 def test_openvino_first_inference_per_shape_needs_the_if_taps(packages):
@@ -260,7 +305,7 @@ def test_openvino_first_inference_per_shape_needs_the_if_taps(packages):
     from core import openvino_session
     from runtime import smoke
 
-    folder = packages["qwen2-vl"]
+    folder = packages["qwen2-vl-tiny"]
     path = folder / "onnx" / "vision_encoder.onnx"
     _, feeds = next(iter(smoke.smoke_cases("qwen2-vl", folder)))
     expected = session.run(session.open_session(path, 1), feeds)["image_features"]
@@ -272,8 +317,8 @@ def test_openvino_first_inference_per_shape_needs_the_if_taps(packages):
     np.testing.assert_allclose(tapped, expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_embed_equals_the_processor_and_eager_model(packages, models, family, tmp_path, tmp_path_factory,
+@pytest.mark.parametrize("name", TINY)
+def test_embed_equals_the_processor_and_eager_model(packages, models, name, tmp_path, tmp_path_factory,
                                                     transformers_video_processor,  # noqa: F811
                                                     transformers_qwen2_video_processor):  # noqa: F811
     """Real photos and a video through `runtime embed` (one pack) against transformers' image and video
@@ -288,15 +333,15 @@ def test_embed_equals_the_processor_and_eager_model(packages, models, family, tm
     frames = write_frames(tmp_path / "frames", 5, 240, 320)
     out = tmp_path / "embeds.npz"
     argv = ["embed", *(str(photos[n]) for n in names), "--video", str(tmp_path / "frames"), "--package",
-            str(packages[family]), "--out", str(out), "--threads", "1", "--engine", "onnxruntime"]
+            str(packages[name]), "--out", str(out), "--threads", "1", "--engine", "onnxruntime"]
     assert runtime_cli.main(argv) == 0
-    visual = models[family]
-    video_processor = (transformers_qwen2_video_processor if GENERATIONS[family].video_budget == "frame"
+    visual = models[name]
+    video_processor = (transformers_qwen2_video_processor if GENERATIONS[TINY[name]].video_budget == "frame"
                        else transformers_video_processor)
     video = video_reference(video_processor, frames)
     with np.load(out) as result:
-        for i, name in enumerate(names):
-            expected, grid = qwen_image_reference(packages[family], visual, photos[name])
+        for i, photo in enumerate(names):
+            expected, grid = qwen_image_reference(packages[name], visual, photos[photo])
             np.testing.assert_array_equal(result[f"image_{i}.grid_thw"], grid)
             assert_entry(result, f"image_{i}", expected, ["image_features"], 1e-4)
         np.testing.assert_array_equal(result["video.grid_thw"], video["video_grid_thw"][0])
@@ -307,7 +352,7 @@ def test_embed_equals_the_processor_and_eager_model(packages, models, family, tm
 def test_genai_says_why_it_cannot_take_qwen2_vl(stages, tmp_path, capsys):
     pytest.importorskip("onnxruntime_genai")
     out = tmp_path / "genai"
-    assert release_cli.main(["genai", str(stages["qwen2-vl"]["export"].parent), "--checkpoint", str(tmp_path),
+    assert release_cli.main(["genai", str(stages["qwen2-vl-tiny"]["export"].parent), "--checkpoint", str(tmp_path),
                              "--out", str(out)]) == 2
     assert "onnxruntime-genai 0.18 has no qwen2_vl model type" in single_error(capsys.readouterr().err)
     assert not out.exists()
@@ -318,12 +363,12 @@ def test_compare_puts_the_generations_side_by_side(stages, tmp_path):
     from bench import compare
 
     out = tmp_path / "comparison.md"
-    build = stages["qwen2-vl"]["export"].parent.parent
-    assert compare.main(["--models", *TINY.values(), "--build", str(build), "--reps", "1", "--threads", "1",
+    build = stages["qwen2-vl-tiny"]["export"].parent.parent
+    assert compare.main(["--models", *TINY, "--build", str(build), "--reps", "1", "--threads", "1",
                          "--out", str(out)]) == 0
     figures = json.loads(out.with_suffix(".json").read_text())
-    assert set(figures["summaries"]) == set(TINY.values())
-    for name in TINY.values():
+    assert set(figures["summaries"]) == set(TINY)
+    for name in TINY:
         assert set(figures["latency"][name]) == {"fp32", "int8", "int4"}
         assert set(figures["latency"][name]["fp32"]) == {"448x448", "1024x1024"}
         assert all(figures["runtime_peak_rss_mib"][name][v] > 0 for v in ("fp32", "int8", "int4"))
@@ -334,11 +379,11 @@ def test_compare_puts_the_generations_side_by_side(stages, tmp_path):
 def test_int8_nbits_for_routes_down_proj_to_matmulnbits(stages, tmp_path, capsys):
     """`quantize int8 --nbits-for down_proj`: Qwen2.5-VL's SwiGLU down projections as MatMulNBits 8-bit (int8
     activations per token and block), every other MatMul MatMulInteger; a pattern matching nothing is one line."""
-    optimized = stages["qwen2.5-vl"]["optimized"]
+    optimized = stages[WINDOWED]["optimized"]
     out = tmp_path / "int8"
     assert quantize_cli.main(["int8", str(optimized), str(out), *SHIPPED["int8"], "--nbits-for", "down_proj"]) == 0
     report = _report(out)
-    depth = load_config("qwen2.5-vl-tiny").vision["depth"]
+    depth = load_config(WINDOWED).vision["depth"]
     assert report["mixed_precision"]["nbits_by_bits"] == {"8": depth}
     assert report["op_counts"]["com.microsoft.MatMulNBits"] == depth
     assert all(c["ok"] for c in report["validation"]["cases"]) and report["config"]["nbits_for"] == ["down_proj"]
@@ -347,8 +392,8 @@ def test_int8_nbits_for_routes_down_proj_to_matmulnbits(stages, tmp_path, capsys
     assert not (tmp_path / "none").exists()
 
 
-@pytest.mark.parametrize("family", TINY)
-def test_transformers_js_reads_the_package(packages, family, tmp_path, transformers_js_node):
+@pytest.mark.parametrize("name", TINY)
+def test_transformers_js_reads_the_package(packages, name, tmp_path, transformers_js_node):
     """transformers.js 4.3.1 (Node) on each generation's package: its AutoConfig reads the generation's model_type;
     its own image processor grids real photos as transformers' Python processor does (but at a rounding tie) with
     pixels within its resize difference (up to 16 grey levels, docs/transformers-js.md: 16 / 255 / std after
@@ -358,7 +403,7 @@ def test_transformers_js_reads_the_package(packages, family, tmp_path, transform
 
     from bench import transformers_js
 
-    package = packages[family]
+    package, family = packages[name], TINY[name]
     script = ("import { AutoConfig, env } from '@huggingface/transformers'; env.allowRemoteModels = false; "
               f"env.localModelPath = {json.dumps(str(package.parent))}; "
               f"console.log((await AutoConfig.from_pretrained({json.dumps(package.name)})).model_type);")

@@ -116,8 +116,15 @@ class QwenBuilder:
         """(name, {pixel_values, grid_thw}) of every layout of `layouts.validation_cases`."""
         c = visual.config
         cases = layouts.validation_cases(grid_thw.tolist(), c.patch_size, c.spatial_merge_size,
-                                         c.temporal_patch_size, c.in_channels, seed, self.generation.facts)
+                                         c.temporal_patch_size, c.in_channels, seed, self.generation.facts,
+                                         self.window_patches(visual))
         return [(name, {"pixel_values": pixels, "grid_thw": grid}) for name, pixels, grid in cases]
+
+    def window_patches(self, visual) -> int:
+        """The attention window's side in patches (Qwen2.5-VL: window_size 112 pixels / patch 14 = 8); 0 for a
+        generation without windows."""
+        c = visual.config
+        return c.window_size // c.patch_size if self.generation.facts.windows else 0
 
     def reference(self, visual):
         """{pixel_values, grid_thw} -> eager outputs, numpy."""
@@ -136,6 +143,7 @@ class QwenBuilder:
             "patch_dim": patch_dim(visual),
             "out_hidden_size": getattr(c, self.generation.facts.out_hidden_key),
             "deepstack_visual_indexes": json.dumps(list(getattr(c, "deepstack_visual_indexes", ()))),
+            **({"window_patches": self.window_patches(visual)} if self.generation.facts.windows else {}),
         }
 
 

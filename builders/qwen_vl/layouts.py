@@ -36,9 +36,10 @@ def processed_images(sizes: list[tuple[int, int]], processor, rng: np.random.Gen
 
 
 def validation_cases(example: list, patch: int, merge: int, temporal: int, channels: int = 3,
-                     seed: int = 0, generation: Generation = QWEN3_VL) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """The export stage's validation suite, deterministic for a seed (the window packs where the generation
-    has windows)."""
+                     seed: int = 0, generation: Generation = QWEN3_VL,
+                     window: int = 0) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The export stage's validation suite, deterministic for a seed (the window packs where the tower has
+    windows: `window` > 0, their side in patches)."""
     rng = np.random.default_rng(seed)
     processor = image_processor(patch, merge, temporal, generation)
     patch_dim = channels * temporal * patch * patch
@@ -46,7 +47,7 @@ def validation_cases(example: list, patch: int, merge: int, temporal: int, chann
     for h, w in SMOKE_SIZES:
         cases.append((f"image {h}x{w}", *processed_images([(h, w)], processor, rng)))
     cases.append(("pack 448x448 + 336x336", *processed_images([(448, 448), (336, 336)], processor, rng)))
-    cases += [(name, *random_pixels(grid, patch_dim, rng)) for name, grid in synthetic_packs(generation.windows)]
+    cases += [(name, *random_pixels(grid, patch_dim, rng)) for name, grid in synthetic_packs(window)]
     cases.append(("export example", *random_pixels(example, patch_dim, rng)))
     for number, grid in enumerate(same_patch_count_layouts(example, merge), 1):
         cases.append((f"same patch count #{number}", *random_pixels(grid, patch_dim, rng)))

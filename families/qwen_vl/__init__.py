@@ -19,8 +19,9 @@ from families.base import Family, Inputs, Metadata, Processing, Release
 from families.qwen_vl import contract, generations, layouts, processing, release
 from families.qwen_vl.generations import GENERATIONS, Generation
 
+#: `window_patches`: the attention window's side in patches, written where the generation has windows.
 METADATA_KEYS = ("family", "export_grid_thw", "export_num_patches", "export_num_tokens", "spatial_merge_size",
-                 "patch_dim", "out_hidden_size", "deepstack_visual_indexes")
+                 "patch_dim", "out_hidden_size", "deepstack_visual_indexes", "window_patches")
 
 
 def output_names(metadata: Metadata) -> list[str]:
@@ -29,6 +30,14 @@ def output_names(metadata: Metadata) -> list[str]:
 
 def _merge(metadata: Metadata) -> int:
     return int(metadata.get("spatial_merge_size", 2))
+
+
+def window_patches(metadata: Metadata, generation: Generation) -> int:
+    """The attention window's side in patches (0: no windows); an export older than the `window_patches` key has
+    the published Qwen2.5-VL's."""
+    if not generation.windows:
+        return 0
+    return int(metadata.get("window_patches", layouts.PUBLISHED_WINDOW_PATCHES))
 
 
 def _patch_dim(metadata: Metadata) -> int:
@@ -55,7 +64,7 @@ def make_family(generation: Generation) -> Family:
     def default_layouts(metadata: Metadata) -> list[tuple[str, dict]]:
         example = json.loads(metadata.get("export_grid_thw", "[[1, 16, 16], [1, 12, 20]]"))
         return layouts.default_layouts(example, generation.patch, _merge(metadata), generation.pixel_bounds,
-                                       generation.windows)
+                                       window_patches(metadata, generation))
 
     return Family(
         name=generation.family,

@@ -19,17 +19,24 @@ SYNTHETIC_PACKS = [
     ("video t=2 256x256", [[2, 16, 16]]),
     ("pack image + video t=2 + image", [[1, 12, 20], [2, 8, 8], [1, 6, 4]]),
 ]
-# Window attention (Qwen2.5-VL: windows of 8 x 8 patches): frames whose sides are no multiple of the window, so
-# that edge windows are partial, and a pack in which the windows of different images and frames would touch.
-WINDOW_PACKS = [
-    ("windows: partial edges 10x14", [[1, 10, 14]]),
-    ("windows: partial windows of touching images", [[1, 6, 10], [2, 10, 6], [1, 2, 18]]),
-]
+#: The window side, in patches, of the published Qwen2.5-VL (window_size 112 pixels / patch 14): what an export made
+#: before the metadata carried `window_patches` has.
+PUBLISHED_WINDOW_PATCHES = 8
 
 
-def synthetic_packs(windows: bool) -> list[tuple[str, list]]:
-    """The synthetic packs of a generation's suite: SYNTHETIC_PACKS, and WINDOW_PACKS where it has windows."""
-    return SYNTHETIC_PACKS + (WINDOW_PACKS if windows else [])
+def window_packs(window: int) -> list[tuple[str, list]]:
+    """Window attention (Qwen2.5-VL) with windows of `window` x `window` patches: a frame whose sides are no
+    multiple of the window, so that the right and bottom windows are partial (8: 10 x 14 patches), and a pack in
+    which the windows of different images and frames would touch, each cut at its frame's edges."""
+    return [(f"windows: partial edges {window + 2}x{2 * window - 2}", [[1, window + 2, 2 * window - 2]]),
+            ("windows: partial windows of touching images",
+             [[1, window - 2, window + 2], [2, window + 2, window - 2], [1, 2, 2 * window + 2]])]
+
+
+def synthetic_packs(window: int = 0) -> list[tuple[str, list]]:
+    """The synthetic packs of a generation's suite: SYNTHETIC_PACKS, and `window_packs(window)` where it has
+    windows (`window` > 0, their side in patches)."""
+    return SYNTHETIC_PACKS + (window_packs(window) if window else [])
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int = MIN_PIXELS,
@@ -74,17 +81,17 @@ def random_pixels(grid_thw, patch_dim: int, rng: np.random.Generator) -> tuple[n
 
 def default_layouts(example: list[list[int]], patch: int = 16, merge: int = 2,
                     pixel_bounds: tuple[int, int] = (MIN_PIXELS, MAX_PIXELS),
-                    windows: bool = False) -> list[tuple[str, dict]]:
+                    window: int = 0) -> list[tuple[str, dict]]:
     """(case, {"grid_thw"}) for a model whose report lists no cases: smoke sizes, a pack, a t=2 video,
-    a mixed pack (and the window packs), the export example and same-patch-count variants of it (the
-    export stage's suite)."""
+    a mixed pack (and the window packs, `window` > 0: their side in patches), the export example and
+    same-patch-count variants of it (the export stage's suite)."""
     def image(h: int, w: int) -> list[int]:
         rh, rw = smart_resize(h, w, patch * merge, *pixel_bounds)
         return [1, rh // patch, rw // patch]
 
     grids = [(f"image {h}x{w}", [image(h, w)]) for h, w in SMOKE_SIZES]
     grids.append(("pack 448x448 + 336x336", [image(448, 448), image(336, 336)]))
-    grids += synthetic_packs(windows)
+    grids += synthetic_packs(window)
     grids.append(("export example", example))
     grids += [(f"same patch count #{number}", grid)
               for number, grid in enumerate(same_patch_count_layouts(example, merge), 1)]
