@@ -60,7 +60,10 @@ def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work:
     plain, prepared = work / "plain.onnx", work / "prepared.onnx"
     onnx_io.save_proto(model, plain)
     del model
-    if not qnn_preprocess_model(str(plain), str(prepared)):
+    # weights as external data: a 3B-class tower is over protobuf's 2 GiB (get_qnn_qdq_config then quantizes with
+    # external data too)
+    if not qnn_preprocess_model(str(plain), str(prepared), save_as_external_data=True, all_tensors_to_one_file=True,
+                                external_data_location=prepared.name + ".data"):
         prepared = plain
     config = get_qnn_qdq_config(str(prepared), calibration.reader(feeds),
                                 activation_type=getattr(QuantType, ACTIVATIONS),
