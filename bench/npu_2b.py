@@ -132,13 +132,14 @@ def table(rows: list[dict]) -> str:
         s = r["speed"]
         cells = [f"`{r['model']}`", r["size"], str(s["tokens"]), f"{s['static']['median_s']:.2f}",
                  f"{s['dynamic']['median_s']:.2f}", f"{s['static_speedup']:.2f}x",
-                 f"{s['max_abs_static_vs_dynamic']:.1e}", f"{r['qnn_cpu_photos']:.5f}", *_htp_cells(r["htp"])]
+                 f"{s['max_abs_static_vs_dynamic']:.1e}",
+                 f"{r['qnn_cpu_photos']:.5f}" if "qnn_cpu_photos" in r else "not run", *_htp_cells(r.get("htp", {}))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def markdown(found: dict) -> str:
-    records = [r for row in found["rows"] for r in row["htp"].values()]
+    records = [r for row in found["rows"] for r in row.get("htp", {}).values()]
     photos = ", ".join(records[0]["photos"]) if records else "no photo"
     return (f"# One static bucket at published dims: CPU speed and the HTP simulator\n\n"
             f"`python -m bench.npu_2b` ({found['started']}, {describe(found['machine'])}; onnxruntime "
@@ -178,13 +179,15 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"model": model, "size": args.size, "speed": speed(folders[model], args.threads, args.reps)}
                 for model in args.models]
         say("speed phase done", TAG)
-        for row in rows:
+        found["rows"] = rows
+        (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+        for row in rows:  # the JSON is rewritten after each step: `--report-only` tells what a cut run measured
             stages(args.build, row["model"], args.size, ("qnn",))
-            with tempfile.TemporaryDirectory(prefix="npu-2b-") as tmp:
-                row["htp"] = htp(folders[row["model"]], args.photos, args.htp, Path(tmp))
             report = json.loads((folders[row["model"]]["qnn"] / "report.json").read_text())
             row["qnn_cpu_photos"] = report["min_token_cosine"]
-            found["rows"] = rows
+            (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+            with tempfile.TemporaryDirectory(prefix="npu-2b-") as tmp:
+                row["htp"] = htp(folders[row["model"]], args.photos, args.htp, Path(tmp))
             (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")  # kept per model
         found["load_average_end"] = load_average()
         (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
