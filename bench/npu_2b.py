@@ -142,7 +142,9 @@ def markdown(found: dict) -> str:
     records = [r for row in found["rows"] for r in row.get("htp", {}).values()]
     photos = ", ".join(records[0]["photos"]) if records else "no photo"
     return (f"# One static bucket at published dims: CPU speed and the HTP simulator\n\n"
-            f"`python -m bench.npu_2b` ({found['started']}, {describe(found['machine'])}; onnxruntime "
+            f"`python -m bench.npu_2b` ({found['started']}"
+            + (f", resumed after the speed phase at {found['resumed']} (`--resume`)" if "resumed" in found else "")
+            + f", {describe(found['machine'])}; onnxruntime "
             f"{found['onnxruntime']}, onnxruntime-qnn 2.7.0, soc 60, HTP v73). Random weights at the published "
             "dims.\n\n"
             f"- **Speed**: ONNX Runtime CPU fp32, the static export against the dynamic export on the same "
@@ -167,27 +169,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--htp", nargs="+", choices=("static", "qnn"), default=["static", "qnn"],
                         help="which models run on the HTP simulator: the fp32 static export (HTP fp16 precision) "
                              "and the A16W8 QDQ stage (default both)")
+    parser.add_argument("--no-qnn-stage", dest="qnn_stage", action="store_false",
+                        help="leave out `quantize qnn` (and the QDQ model on the HTP): at Qwen3-VL-2B dims its MinMax "
+                             "calibration in ONNX Runtime's QNN helper went over 22 GB and was killed on a 24 GB "
+                             "machine")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--report-only", action="store_true", help="rewrite npu-2b.md from npu-2b.json")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep npu-2b.json's speed phase (its start, machine and medians) and run the steps "
+                             "after it that it lacks (the report says it was resumed)")
     args = parser.parse_args(argv)
     if args.report_only:
         found = json.loads((args.results / "npu-2b.json").read_text())
     else:
-        found = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
-                 "onnxruntime": ort.__version__, "load_average_start": load_average(), "rows": []}
         folders = {model: stages(args.build, model, args.size, ("dynamic", "static")) for model in args.models}
-        rows = [{"model": model, "size": args.size, "speed": speed(folders[model], args.threads, args.reps)}
-                for model in args.models]
-        say("speed phase done", TAG)
+        if args.resume:
+            found = json.loads((args.results / "npu-2b.json").read_text())
+            found["resumed"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            rows = [r for r in found["rows"] if r["model"] in args.models]
+        else:
+            found = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
+                     "onnxruntime": ort.__version__, "load_average_start": load_average(), "rows": []}
+            rows = [{"model": model, "size": args.size, "speed": speed(folders[model], args.threads, args.reps)}
+                    for model in args.models]
+            say("speed phase done", TAG)
         found["rows"] = rows
         (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+        on_htp = [name for name in args.htp if args.qnn_stage or name != "qnn"]
         for row in rows:  # the JSON is rewritten after each step: `--report-only` tells what a cut run measured
-            stages(args.build, row["model"], args.size, ("qnn",))
-            report = json.loads((folders[row["model"]]["qnn"] / "report.json").read_text())
-            row["qnn_cpu_photos"] = report["min_token_cosine"]
-            (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+            if "htp" in row:  # done before a --resume
+                continue
+            if args.qnn_stage:
+                stages(args.build, row["model"], args.size, ("qnn",))
+                report = json.loads((folders[row["model"]]["qnn"] / "report.json").read_text())
+                row["qnn_cpu_photos"] = report["min_token_cosine"]
+                (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
             with tempfile.TemporaryDirectory(prefix="npu-2b-") as tmp:
-                row["htp"] = htp(folders[row["model"]], args.photos, args.htp, Path(tmp))
+                row["htp"] = htp(folders[row["model"]], args.photos, on_htp, Path(tmp))
             (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")  # kept per model
         found["load_average_end"] = load_average()
         (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")

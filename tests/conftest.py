@@ -1,8 +1,16 @@
-"""Shared fixtures: tiny-config exports through both paths, built once per test session."""
+"""Shared fixtures: tiny-config exports through both paths, built once per test session; and the fixtures more
+than one test module uses (their helpers are tests.support's)."""
 
+import importlib
 import json
+import shutil
+from pathlib import Path
 
 import pytest
+
+pytest.register_assert_rewrite("tests.support")  # before its import: its asserts report as the test modules' do
+
+from tests.support import QWEN, install_torchvision_stub, stubbed_video_processor
 
 
 def export_tiny(out, *extra) -> dict:
@@ -146,3 +154,40 @@ def tiny_static(tmp_path_factory) -> dict:
     assert vision.main(["--model", "qwen2.5-vl-tiny", "--static", "196x140", "--dynamo", "--out",
                         str(found["qwen2.5-vl-tiny", "196x140", "dynamo"])]) == 0
     return found
+
+
+# ---------------------------------------------------------------- fixtures more than one test module uses
+@pytest.fixture(scope="module")
+def qwen_dist(tiny_exports, tmp_path_factory) -> Path:
+    """dist/ with qwen3-vl-tiny/ and qwen3-vl-tiny.tar.gz, packaged from the tiny export."""
+    from release import __main__ as release_cli
+
+    build = tmp_path_factory.mktemp("build") / QWEN
+    shutil.copytree(tiny_exports["torchscript"], build / "export")
+    dist = tmp_path_factory.mktemp("dist")
+    assert release_cli.main(["package", str(build), "--dist", str(dist), "--threads", "1"]) == 0
+    return dist
+
+
+@pytest.fixture
+def transformers_processor(monkeypatch):
+    """transformers' Phi4MultimodalImageProcessor with its class defaults, on the torchvision stand-in."""
+    install_torchvision_stub(monkeypatch)
+    name = "transformers.models.phi4_multimodal.image_processing_phi4_multimodal"
+    monkeypatch.delitem(importlib.sys.modules, name, raising=False)  # imported afresh, dropped afterwards
+    module = importlib.import_module(name)
+    return module.Phi4MultimodalImageProcessor()
+
+
+@pytest.fixture
+def transformers_video_processor(monkeypatch):
+    """transformers' Qwen3VLVideoProcessor (class defaults) on the torchvision stand-in."""
+    return stubbed_video_processor(monkeypatch, "transformers.models.qwen3_vl.video_processing_qwen3_vl",
+                                   "Qwen3VLVideoProcessor")
+
+
+@pytest.fixture
+def transformers_qwen2_video_processor(monkeypatch):
+    """transformers' Qwen2VLVideoProcessor (class defaults: Qwen2-VL's and Qwen2.5-VL's) on the stand-in."""
+    return stubbed_video_processor(monkeypatch, "transformers.models.qwen2_vl.video_processing_qwen2_vl",
+                                   "Qwen2VLVideoProcessor")

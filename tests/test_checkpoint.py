@@ -15,10 +15,7 @@ from builders.qwen_vl import layouts
 from builders.qwen_vl.model import reference_outputs
 from core import session
 from tests.conftest import single_error
-
-TEXT = {"vocab_size": 128, "hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 1,
-        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 48,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 8, 8]}}
+from tests.support import TEXT
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from builders.config import load_config
 from core import onnx_io
@@ -30,34 +29,24 @@ from families.phi4_mm import preprocess as phi4_mm
 from families.qwen_vl import contract
 from runtime import __main__ as runtime_cli
 from tests.conftest import single_error
-from tests.test_preprocess_phi4_mm import transformers_processor  # noqa: F401 -- a fixture
-from tests.test_preprocess_qwen3_vl import _pixels, reference_image, shared_images
-from tests.test_preprocess_qwen3_vl_video import reference as video_reference
-from tests.test_preprocess_qwen3_vl_video import (
-    transformers_video_processor,  # noqa: F401 -- a fixture
+from tests.support import (
+    PACK,
+    QWEN,
+    _pixels,
+    assert_entry,
+    qwen_image_reference,
+    reference_image,
+    shared_images,
     write_frames,
 )
+from tests.support import reference as video_reference
 
-QWEN = "qwen3-vl-tiny"
 PHI4 = "phi-4-mm-tiny"
-PACK = ["astronaut", "coffee", "camera", "37x53", "512x384", "rgba", "exif_jpeg"]
 
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> dict[str, Path]:
     return shared_images(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def qwen_dist(tiny_exports, tmp_path_factory) -> Path:
-    """dist/ with qwen3-vl-tiny/ and qwen3-vl-tiny.tar.gz, packaged from the tiny export."""
-    from release import __main__ as release_cli
-
-    build = tmp_path_factory.mktemp("build") / QWEN
-    shutil.copytree(tiny_exports["torchscript"], build / "export")
-    dist = tmp_path_factory.mktemp("dist")
-    assert release_cli.main(["package", str(build), "--dist", str(dist), "--threads", "1"]) == 0
-    return dist
 
 
 @pytest.fixture(scope="module")
@@ -79,19 +68,6 @@ def embed(argv: list, capsys) -> tuple[int, str, str]:
     code = runtime_cli.main(["embed", *argv, "--threads", "1", *engine])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-def qwen_image_reference(package: Path, visual, path: Path) -> tuple[list, np.ndarray]:
-    from builders.qwen_vl.model import reference_outputs
-
-    batch = Qwen2VLImageProcessorPil.from_pretrained(str(package))(reference_image(path), return_tensors="np")
-    return reference_outputs(visual, batch["pixel_values"], batch["image_grid_thw"]), batch["image_grid_thw"][0]
-
-
-def assert_entry(result, entry: str, expected: list, names: list, tolerance: float) -> None:
-    for name, reference in zip(names, expected, strict=True):
-        metrics = compare(result[f"{entry}.{name}"], reference, tolerance)
-        assert metrics["ok"], f"{entry}.{name}: {metrics}"
 
 
 def test_single_image_matches_eager(qwen_dist, qwen_eager, photos, tmp_path, capsys):
@@ -123,7 +99,7 @@ def test_mixed_pack_from_tarball_matches_eager_per_image(qwen_dist, qwen_eager, 
         assert len(grids) >= 5  # mixed sizes
 
 
-def test_video_and_images_match_eager(qwen_dist, qwen_eager, photos, transformers_video_processor,  # noqa: F811
+def test_video_and_images_match_eager(qwen_dist, qwen_eager, photos, transformers_video_processor,
                                       tmp_path, capsys):
     from builders.qwen_vl.model import reference_outputs
 
@@ -213,7 +189,7 @@ def phi4_package(tmp_path_factory):
     return folder, family.reference(tiny), config.tolerance
 
 
-def test_phi4_pack_matches_eager_per_image(phi4_package, photos, transformers_processor, tmp_path,  # noqa: F811
+def test_phi4_pack_matches_eager_per_image(phi4_package, photos, transformers_processor, tmp_path,
                                            capsys):
     folder, reference, tolerance = phi4_package
     names = ["astronaut", "224x224", "512x384", "rgba"]

@@ -1,5 +1,5 @@
 """`python -m runtime embed-collection` on 50 real photos of ten sizes plus one corrupt file, from the tiny Qwen3-VL
-package (tests/test_embed.py's `qwen_dist`).
+package (tests/conftest.py's `qwen_dist`).
 
 What is bit-equal to what: every image's `embedding` and DeepStack features from `--scheduler ray` (2 actors on a
 2-CPU Ray cluster, packs of several images) are the same float32 bits as from `--scheduler local` (one session in
@@ -29,7 +29,7 @@ from runtime import __main__ as runtime_cli
 from runtime import collection_embedder, collection_io, sample_photos
 from runtime.verify import sha256
 from tests.conftest import single_error, snapshot
-from tests.test_embed import QWEN, qwen_dist  # noqa: F401 -- qwen_dist: a fixture
+from tests.support import QWEN
 
 # The test cluster keeps Ray's default token authentication (its token in ~/.ray/auth_token); a driver that joins
 # a cluster by address uses the token only in this mode (set before ray is imported: Ray reads it once).
@@ -48,7 +48,7 @@ sys.stdin.read()  # until the test closes stdin
 
 
 @pytest.fixture(scope="module")
-def package(qwen_dist) -> Path:  # noqa: F811 -- the imported fixture
+def package(qwen_dist) -> Path:
     return qwen_dist / QWEN
 
 

@@ -13,17 +13,10 @@ from builders.qwen_vl import layouts
 from builders.qwen_vl.family import BUILDERS
 from builders.qwen_vl.model import build_random
 from core import onnx_io, session
+from tests.support import RANDOM_PACKS, assert_cases_within_tolerance
 
 PATHS = ["torchscript", "dynamo"]
 family = BUILDERS["qwen3-vl"]
-# Seeded random packs plus the awkward ones: odd multiples, a single-row strip, mixed packs with video.
-RANDOM_PACKS = layouts.random_grids(np.random.default_rng(2026), 2, count=8) + [
-    [[1, 18, 46]],
-    [[1, 2, 64]],
-    [[1, 64, 2]],
-    [[1, 18, 46], [3, 4, 8], [1, 2, 64]],
-    [[2, 10, 6], [1, 6, 10], [1, 2, 2]],
-]
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +33,6 @@ def test_export_report_passes_every_case(tiny_exports, path):
     for required in ("image 224x224", "image 336x336", "image 448x448", "image 512x384", "video t=2 256x256"):
         assert required in names
     assert_cases_within_tolerance(cases)
-
-
-def assert_cases_within_tolerance(cases: list[dict]) -> None:
-    """At least three same-patch-count layouts of the tiny export example (496 patches), and every case's every
-    output within the export tolerance (1e-4 relative to max(1, max |ref|)) at cosine > 0.9999."""
-    same_n = [c for c in cases if c["case"].startswith("same patch count")]
-    assert len(same_n) >= 3 and {c["num_patches"] for c in same_n} == {496}
-    for case in cases:
-        for metrics in case["outputs"].values():
-            assert metrics["max_abs"] <= 1e-4 * max(1.0, metrics["scale"]) and metrics["cosine"] > 0.9999
 
 
 @pytest.mark.parametrize("path", PATHS)

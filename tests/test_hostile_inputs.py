@@ -2,7 +2,7 @@
 models mix in one dataset, costs are bounded before the work, and what used to be a traceback is one `error:` line
 (or an error row of a collection, the run going on). Each test is one case of the issue, numbered as there.
 
-The package is the tiny Qwen3-VL one (`tests/test_embed.py`'s `qwen_dist`, made once per module), copied where a
+The package is the tiny Qwen3-VL one (`tests/conftest.py`'s `qwen_dist`, made once per module), copied where a
 test edits it; the stage folders are copies of the session's tiny export and optimize outputs.
 """
 
@@ -29,7 +29,7 @@ from runtime import __main__ as runtime_cli
 from runtime import images, unpack
 from runtime.verify import sha256
 from tests.conftest import single_error, snapshot
-from tests.test_embed import QWEN, qwen_dist  # noqa: F401 -- qwen_dist: a fixture
+from tests.support import QWEN
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -55,7 +55,7 @@ def vision(argv: list) -> int:
 
 
 @pytest.fixture
-def package(qwen_dist, tmp_path) -> Path:  # noqa: F811 -- the imported fixture
+def package(qwen_dist, tmp_path) -> Path:
     """A copy of the tiny Qwen3-VL package (tests edit it)."""
     return Path(shutil.copytree(qwen_dist / QWEN, tmp_path / QWEN))
 
@@ -196,7 +196,7 @@ def test_2_force_replaces_another_stages_output_and_clobber_a_users_folder(stage
 
 
 @pytest.mark.parametrize("command", ["embed", "encode"])
-def test_2_result_files_it_did_not_write_are_kept(stages, qwen_dist, photo, capsys, command):  # noqa: F811
+def test_2_result_files_it_did_not_write_are_kept(stages, qwen_dist, photo, capsys, command):
     """Case 2: `embed --out F.npz` / `encode --out F.npz` replaced an .npz of the user's that looked like theirs."""
     np.savez(stages / "mine.npz", entries=np.array(["mine"]), image_features=np.ones((2, 2), np.float32))
     np.savez(stages / "pack.npz", pixel_values=np.ones((120, 1536), np.float32), grid_thw=np.array([[1, 10, 12]]))
@@ -230,7 +230,7 @@ def test_2_stale_temp_folders_of_a_killed_run_are_removed(tmp_path):
     assert json.loads((tmp_path / "out" / "report.json").read_text())["written_files"] == []
 
 
-def test_2_a_tarball_unpacked_by_a_killed_run_is_removed(qwen_dist, tmp_path, monkeypatch):  # noqa: F811
+def test_2_a_tarball_unpacked_by_a_killed_run_is_removed(qwen_dist, tmp_path, monkeypatch):
     """The same for the temporary folder a package tarball is unpacked into (the whole package, in TMPDIR)."""
     import tempfile
 
@@ -294,7 +294,7 @@ def test_3_an_absolute_variant_path_is_one_line(package, photo, tmp_path, capsys
 
 # --- 4. costs bounded before the work -----------------------------------------------------------------------------
 
-def test_4_an_image_past_the_pixel_budget_is_refused_before_decoding(qwen_dist, tmp_path, capsys):  # noqa: F811
+def test_4_an_image_past_the_pixel_budget_is_refused_before_decoding(qwen_dist, tmp_path, capsys):
     """Case 4: a 10 KB 1-bit PNG of 8300x8300 (under pillow's bomb limit, over 4x the processor's max_pixels)
     cost minutes and gigabytes before anything refused it."""
     path = tmp_path / "huge.png"
@@ -306,7 +306,7 @@ def test_4_an_image_past_the_pixel_budget_is_refused_before_decoding(qwen_dist, 
     assert time.monotonic() - start < 20
 
 
-def test_4_the_pixel_budget_option(qwen_dist, photo, tmp_path, capsys):  # noqa: F811
+def test_4_the_pixel_budget_option(qwen_dist, photo, tmp_path, capsys):
     """--max-image-pixels sets the budget (here below the 64x80 photo: refused; at its size: embedded)."""
     argv = ["embed", photo, "--package", qwen_dist / QWEN, "--out", tmp_path / "o.npz", "--threads", "1"]
     code, _, err = runtime([*argv, "--max-image-pixels", str(64 * 80 - 1)], capsys)
@@ -459,7 +459,7 @@ def test_5_an_external_data_offset_that_is_not_a_number(stages, capsys):
     assert "offset 'abc'" in error
 
 
-def test_5_a_300_character_file_name_given_to_embed(qwen_dist, tmp_path, capsys):  # noqa: F811
+def test_5_a_300_character_file_name_given_to_embed(qwen_dist, tmp_path, capsys):
     code, _, err = runtime(["embed", tmp_path / ("x" * 300 + ".png"), "--package", qwen_dist / QWEN,
                             "--out", tmp_path / "o.npz"], capsys)
     assert code == 2 and "File name too long" in single_error(err)

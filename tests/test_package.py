@@ -435,7 +435,7 @@ def test_checkpoint_package_records_the_weights_and_its_processor(tmp_path, caps
     from builders.config import CONFIG_DIR
     from families.qwen_vl import preprocess as qwen3_vl
     from release.manifest import sha256
-    from tests.test_checkpoint import TEXT
+    from tests.support import TEXT
 
     vision_cfg = yaml.safe_load((CONFIG_DIR / "qwen3-vl-tiny.yaml").read_text())["vision"]
     vision_cfg["out_hidden_size"] = 80  # differs from the config file's 96: config.json must come from here

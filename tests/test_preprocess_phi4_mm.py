@@ -2,12 +2,10 @@
 
 Derivation of the reference: transformers' `Phi4MultimodalImageProcessor` (5.23) is run itself — its
 `preprocess`, `dynamic_preprocess`, crop / mask reshapes, token count and pack padding — with the
-torchvision functions it calls replaced by the torch-op stand-in of `test_preprocess_resample`
+torchvision functions it calls replaced by the torch-op stand-in of `tests.support`
 (`resize` = torch.nn.functional.interpolate as torchvision calls it on CPU, `pad`, `normalize`). Its
 input is the pillow image of each file with the EXIF orientation applied; it makes RGB itself.
 """
-
-import importlib
 
 import numpy as np
 import pytest
@@ -15,8 +13,7 @@ import pytest
 from core.errors import UsageError
 from families.phi4_mm import preprocess as phi4_mm
 from runtime import images
-from tests.test_preprocess_qwen3_vl import MODES, PHOTOS, SIZES, reference_image, shared_images
-from tests.test_preprocess_resample import install_torchvision_stub
+from tests.support import MODES, PHOTOS, SIZES, reference_image, shared_images
 
 KEYS = {"pixel_values": "image_pixel_values", "image_attention_mask": "image_attention_mask",
         "image_sizes": "image_sizes"}
@@ -25,16 +22,6 @@ KEYS = {"pixel_values": "image_pixel_values", "image_attention_mask": "image_att
 @pytest.fixture(scope="module")
 def test_images(tmp_path_factory):
     return shared_images(tmp_path_factory)
-
-
-@pytest.fixture
-def transformers_processor(monkeypatch):
-    """transformers' Phi4MultimodalImageProcessor with its class defaults, on the torchvision stand-in."""
-    install_torchvision_stub(monkeypatch)
-    name = "transformers.models.phi4_multimodal.image_processing_phi4_multimodal"
-    monkeypatch.delitem(importlib.sys.modules, name, raising=False)  # imported afresh, dropped afterwards
-    module = importlib.import_module(name)
-    return module.Phi4MultimodalImageProcessor()
 
 
 def check_equal(got: dict, reference) -> None:

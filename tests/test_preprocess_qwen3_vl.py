@@ -6,17 +6,14 @@ its own RGB conversion): the processor then makes RGB itself (transparency onto 
 loads the file with `runtime.images` and hands RGB to the same processor configured from the same
 `preprocessor_config.json`, so this checks the file loading and the configuration end to end.
 
-Also home of `write_images`, the test images every preprocessing test uses: the smoke sizes, odd sizes,
-every pillow mode the loader converts, an EXIF-rotated JPEG and real photographs from skimage.data.
+The test images every preprocessing test uses (`write_images`, `shared_images`) are tests.support's.
 """
 
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image, ImageOps
+from PIL import Image
 from transformers.image_utils import load_image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -24,80 +21,7 @@ from core.errors import UsageError
 from families.qwen_vl import preprocess as qwen3_vl
 from families.qwen_vl.layouts import MAX_PIXELS, MIN_PIXELS
 from runtime import images
-
-# (height, width) of the generated RGB images: the smoke sizes and odd ones
-SIZES = {"224x224": (224, 224), "336x336": (336, 336), "448x448": (448, 448), "512x384": (512, 384),
-         "37x53": (37, 53), "4000x3000": (3000, 4000)}
-MODES = ["gray", "rgba", "palette", "gray16", "rgb16", "exif_jpeg"]
-PHOTOS = ["astronaut", "coffee", "camera"]
-
-
-def _pixels(height: int, width: int, seed: int) -> np.ndarray:
-    """Smooth gradients plus noise, uint8 [H, W, 3]: resampling errors show up in both."""
-    rng = np.random.default_rng(seed)
-    y = np.arange(height, dtype=np.int16)[:, None] * 255 // max(height - 1, 1)
-    x = np.arange(width, dtype=np.int16)[None, :] * 255 // max(width - 1, 1)
-    base = np.stack(np.broadcast_arrays(x, y, (x + y) % 256), axis=-1)
-    return np.clip(base + rng.integers(-40, 41, base.shape, dtype=np.int16), 0, 255).astype(np.uint8)
-
-
-def _write_png16(path: Path, rgb: np.ndarray) -> None:
-    """A 16-bit RGB PNG (pillow reads those but cannot write them): IHDR bit depth 16, colour type 2."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    height, width = rgb.shape[:2]
-    rows = b"".join(b"\x00" + row.astype(">u2").tobytes() for row in rgb)
-    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
-                     + chunk(b"IEND", b""))
-
-
-def write_images(folder: Path) -> dict[str, Path]:
-    """Write every test image into `folder`; returns {name: path}."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for i, (name, (h, w)) in enumerate(SIZES.items()):
-        paths[name] = folder / f"{name}.png"
-        Image.fromarray(_pixels(h, w, i)).save(paths[name], compress_level=1)
-    paths["1x1000"] = folder / "1x1000.png"
-    Image.fromarray(_pixels(1, 1000, 9)).save(paths["1x1000"])
-    rgb = _pixels(120, 200, 10)
-    paths["gray"] = folder / "gray.png"
-    Image.fromarray(rgb[..., 0]).save(paths["gray"])
-    rgba = np.concatenate([rgb, np.linspace(0, 255, 200, dtype=np.uint8)[None, :, None].repeat(120, 0)], -1)
-    paths["rgba"] = folder / "rgba.png"
-    Image.fromarray(rgba, "RGBA").save(paths["rgba"])
-    paths["palette"] = folder / "palette.png"
-    Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(paths["palette"], transparency=0)
-    paths["gray16"] = folder / "gray16.png"
-    Image.fromarray(rgb[..., 1].astype(np.uint16) * 257 // 3).save(paths["gray16"])  # mode I;16
-    paths["rgb16"] = folder / "rgb16.png"
-    _write_png16(paths["rgb16"], rgb.astype(np.uint16) * 257)
-    paths["exif_jpeg"] = folder / "exif.jpg"
-    exif = Image.Exif()
-    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
-    Image.fromarray(rgb).save(paths["exif_jpeg"], exif=exif, quality=95)
-    skdata = pytest.importorskip("skimage.data", reason="scikit-image (dev extra) ships the sample photos")
-    for name in PHOTOS:
-        paths[name] = folder / f"{name}.png"
-        Image.fromarray(getattr(skdata, name)()).save(paths[name])
-    return paths
-
-
-def reference_image(path: Path) -> Image.Image:
-    """The pillow image transformers' processors get from a file: decoded, EXIF orientation applied."""
-    return ImageOps.exif_transpose(Image.open(path))
-
-
-def shared_images(tmp_path_factory) -> dict[str, Path]:
-    """`write_images` once per test session (every preprocessing and embed test reads the same files)."""
-    folder = tmp_path_factory.getbasetemp() / "test-images"
-    done = folder / ".complete"
-    if not done.exists():
-        paths = write_images(folder)
-        done.write_text("\n".join(f"{k}={v.name}" for k, v in paths.items()))
-    return {k: folder / v for k, v in (line.split("=") for line in done.read_text().splitlines())}
+from tests.support import MODES, PHOTOS, SIZES, _pixels, reference_image, shared_images
 
 
 @pytest.fixture(scope="module")

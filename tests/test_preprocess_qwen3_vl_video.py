@@ -2,60 +2,24 @@
 
 Derivation of the reference: transformers' processor (5.23) is run itself — `smart_resize`, the fused
 rescale + normalise, `patchify` with its temporal padding, the grouping by shape — with the torchvision
-functions it calls replaced by the torch-op stand-in of `test_preprocess_resample` (its bicubic resize
+functions it calls replaced by the torch-op stand-in of `tests.support` (its bicubic resize
 of uint8 frames is torch's native uint8 antialiased kernel, as torchvision calls it on CPU). Frames are
 given as already sampled (`do_sample_frames=False`) and the per-frame pixel cap is off
 (`cap_pixels_per_frame=False`, the processor's current default).
 """
 
-import importlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from core.errors import UsageError
 from families.qwen_vl import preprocess_video as qwen3_vl_video
 from runtime import images
-from tests.test_preprocess_qwen3_vl import _pixels, reference_image
-from tests.test_preprocess_resample import install_torchvision_stub
+from tests.support import reference, write_frames
 
 # (frames, height, width): even and odd frame counts, odd sizes, tall and wide, below the minimum
 VIDEOS = [(4, 224, 224), (3, 37, 53), (2, 300, 500), (5, 480, 640), (6, 1000, 30), (4, 512, 384)]
-
-
-def stubbed_video_processor(monkeypatch, module_name: str, class_name: str):
-    """transformers' video processor `class_name` of `module_name` (class defaults) on the torchvision stand-in."""
-    functional = install_torchvision_stub(monkeypatch)
-    import transformers.video_processing_utils as video_utils
-
-    module = importlib.import_module(module_name)
-    monkeypatch.setattr(video_utils, "tvF", functional, raising=False)
-    monkeypatch.setattr(module, "tvF", functional, raising=False)
-    return getattr(module, class_name)()
-
-
-@pytest.fixture
-def transformers_video_processor(monkeypatch):
-    """transformers' Qwen3VLVideoProcessor (class defaults) on the torchvision stand-in."""
-    return stubbed_video_processor(monkeypatch, "transformers.models.qwen3_vl.video_processing_qwen3_vl",
-                                   "Qwen3VLVideoProcessor")
-
-
-def write_frames(folder: Path, count: int, height: int, width: int) -> list[Path]:
-    """`count` RGB PNG frames of one size (frame i: its own gradients and noise)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / f"frame_{i:03d}.png" for i in range(count)]
-    for i, path in enumerate(paths):
-        Image.fromarray(_pixels(height, width, 100 + i)).save(path)
-    return paths
-
-
-def reference(processor, paths: list[Path]):
-    frames = [reference_image(p).convert("RGB") for p in paths]
-    return processor(videos=[frames], do_sample_frames=False, cap_pixels_per_frame=False, return_tensors="np")
 
 
 def test_defaults_are_the_processors(transformers_video_processor):
@@ -97,13 +61,6 @@ def test_bad_videos(tmp_path):
 
 
 # ---------------------------------------------------------------- Qwen2-VL / Qwen2.5-VL: Qwen2VLVideoProcessor
-@pytest.fixture
-def transformers_qwen2_video_processor(monkeypatch):
-    """transformers' Qwen2VLVideoProcessor (class defaults: Qwen2-VL's and Qwen2.5-VL's) on the stand-in."""
-    return stubbed_video_processor(monkeypatch, "transformers.models.qwen2_vl.video_processing_qwen2_vl",
-                                   "Qwen2VLVideoProcessor")
-
-
 def test_qwen2_defaults_are_the_processors(transformers_qwen2_video_processor):
     proc, defaults = transformers_qwen2_video_processor, qwen3_vl_video.QWEN2_DEFAULTS
     assert defaults["size"] == {"shortest_edge": proc.size["shortest_edge"], "longest_edge": proc.size["longest_edge"]}

@@ -4,7 +4,6 @@ through each family's own processor, identical on every call and in every proces
 The processor folders are what a release package of the tiny configs holds (`processor_folder` from an
 export report of random weights naming the config): no export runs here."""
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import yaml
 from core.errors import UsageError
 from families import PHI4_MM, QWEN3_VL
 from quantize import calibration
+from tests.support import digest
 
 pytest.importorskip("skimage.data", reason="scikit-image (dev extra) ships the calibration photos")
 
@@ -50,18 +50,6 @@ def phi(tmp_path_factory) -> tuple[dict, Path]:
     return metadata, calibration.processor_folder(report, metadata, tmp_path_factory.mktemp("phi-processor"))
 
 
-def digest(items: list[dict[str, np.ndarray]]) -> list[str]:
-    """sha256 of every item: names, dtypes, shapes and bytes."""
-    out = []
-    for item in items:
-        h = hashlib.sha256()
-        for name, array in item.items():
-            h.update(f"{name}:{array.dtype}:{array.shape}".encode())
-            h.update(np.ascontiguousarray(array).tobytes())
-        out.append(h.hexdigest())
-    return out
-
-
 def test_qwen_items_cover_every_photo_size_and_a_video_identically_twice(qwen):
     metadata, folder = qwen
     named = calibration.named_items(metadata, folder)
@@ -83,7 +71,7 @@ def test_qwen_items_cover_every_photo_size_and_a_video_identically_twice(qwen):
 
 def test_same_arrays_in_another_process(qwen):
     metadata, folder = qwen
-    code = ("import json, sys; from tests.test_quantize_calibration import digest; from quantize import calibration; "
+    code = ("import json, sys; from tests.support import digest; from quantize import calibration; "
             f"print(json.dumps(digest(calibration.items({metadata!r}, {str(folder)!r}, photos={FEW!r}))))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) == digest(calibration.items(metadata, folder, photos=FEW))

@@ -8,7 +8,7 @@ import pytest
 from quantize import __main__ as cli
 from quantize import quantizers
 from quantize.options import StageRun
-from tests import test_quantize_support as support
+from tests import support
 from tests.conftest import single_error
 
 

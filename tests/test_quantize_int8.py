@@ -16,7 +16,7 @@ from core.session import open_session
 from families import QWEN3_VL, validation
 from quantize import __main__ as cli
 from quantize import quantizers
-from tests import test_quantize_support as support
+from tests import support
 from tests.conftest import single_error
 
 LINEAR_LAYERS = 4 * support.DEPTH + 2 * 3  # qkv, proj, fc1, fc2 per block; fc1, fc2 per merger (1 + 2 deepstack)

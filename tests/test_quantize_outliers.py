@@ -10,7 +10,7 @@ from core import onnx_io, taps
 from core.session import open_session
 from families import QWEN3_VL
 from quantize import outlier_check, outliers, quantizers, stage
-from tests import test_quantize_support as support
+from tests import support
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import onnx_ir as ir
 import pytest
 
 from quantize import optimize
-from tests import test_quantize_support as support
+from tests import support
 
 
 @pytest.fixture(scope="module", params=["torchscript", "dynamo"])

@@ -16,7 +16,7 @@ from core.session import open_session
 from families import PHI4_MM, QWEN3_VL, validation
 from quantize import calibration
 from quantize.passes import smooth_activations as smooth
-from tests import test_quantize_support as support
+from tests import support
 
 TOLERANCE = 1e-5
 WIDTH, OUTLIER, OUTLIER_GAIN = 32, 3, 400.0

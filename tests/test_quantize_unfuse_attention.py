@@ -20,7 +20,7 @@ from families.phi4_mm import crops, spec
 from quantize import __main__ as quantize_cli
 from quantize import stage
 from quantize.passes import unfuse_attention
-from tests import test_quantize_support as support
+from tests import support
 
 PARITY = 1e-5
 

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from quantize.passes import unfuse_skip_layer_norm
-from tests import test_quantize_support as support
+from tests import support
 
 WIDTH = 8
 

@@ -31,12 +31,7 @@ from release import __main__ as release_cli
 from runtime import __main__ as runtime_cli
 from surgery import cli as surgery_cli
 from tests.conftest import single_error
-from tests.test_export_parity import RANDOM_PACKS, assert_cases_within_tolerance
-from tests.test_preprocess_qwen3_vl_video import (  # noqa: F401 -- fixtures
-    transformers_qwen2_video_processor,
-    transformers_video_processor,
-)
-from tests.test_segment_attention import quadratic_tensors, runtime_shapes
+from tests.support import RANDOM_PACKS, assert_cases_within_tolerance, quadratic_tensors, runtime_shapes
 
 
 def tiny_configs() -> dict[str, str]:
@@ -319,14 +314,12 @@ def test_openvino_first_inference_per_shape_needs_the_if_taps(packages):
 
 @pytest.mark.parametrize("name", TINY)
 def test_embed_equals_the_processor_and_eager_model(packages, models, name, tmp_path, tmp_path_factory,
-                                                    transformers_video_processor,  # noqa: F811
-                                                    transformers_qwen2_video_processor):  # noqa: F811
+                                                    transformers_video_processor,
+                                                    transformers_qwen2_video_processor):
     """Real photos and a video through `runtime embed` (one pack) against transformers' image and video
     processors of the generation and the eager tower, entry by entry."""
-    from tests.test_embed import PACK, assert_entry, qwen_image_reference
-    from tests.test_preprocess_qwen3_vl import shared_images
-    from tests.test_preprocess_qwen3_vl_video import reference as video_reference
-    from tests.test_preprocess_qwen3_vl_video import write_frames
+    from tests.support import PACK, assert_entry, qwen_image_reference, shared_images, write_frames
+    from tests.support import reference as video_reference
 
     photos = shared_images(tmp_path_factory)
     names = PACK[:4]

@@ -2,9 +2,6 @@
 torch op, and the exported and optimized graphs run one fused attention per block with no tensor of
 N x N size (checked on the shapes ONNX Runtime records at run time, inside the Loop too)."""
 
-import json
-from pathlib import Path
-
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -21,12 +18,12 @@ from builders.qwen_vl import segment_attention as seg
 from builders.qwen_vl.generations import TORCH_GENERATIONS
 from builders.qwen_vl.model import build_random, reference_outputs
 from quantize import optimize
+from tests.support import PATCH_DIM, quadratic_tensors, runtime_shapes
 
 PACKS = [[[1, 4, 6]], [[1, 18, 46], [3, 4, 8], [1, 2, 64]], [[2, 10, 6], [1, 6, 10], [1, 2, 2]], [[4, 2, 2]]] + \
     layouts.random_grids(np.random.default_rng(5), 2, count=6)
 # (single images, a video of equal frames, a mixed pack with a video): patch counts where N x N > N x 1536, the widest row.
 SHAPE_CHECKS = [[[1, 48, 48]], [[1, 64, 64]], [[3, 32, 32]], [[1, 48, 48], [2, 16, 16]]]
-PATCH_DIM = 1536
 
 
 TINY = {"qwen2-vl": "qwen2-vl-tiny", "qwen2.5-vl": "qwen2.5-vl-tiny", "qwen3-vl": "qwen3-vl-tiny",
@@ -116,25 +113,6 @@ def test_onnx_lowering_equals_the_torch_op(window, chunk):
 
 
 # ---------------------------------------------------------------- graph structure and run-time shapes
-def runtime_shapes(model: onnx.ModelProto | str, feed: dict[str, np.ndarray], tmp_path) -> list[tuple]:
-    """(op type, output shape) of every node ONNX Runtime ran for `feed`, Loop bodies included."""
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp_path / "profile")
-    source = model if isinstance(model, str) else model.SerializeToString()
-    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    session.run(None, feed)
-    events = json.loads(Path(session.end_profiling()).read_text())
-    return [(e["args"]["op_name"], shape) for e in events if e.get("cat") == "Node" and "op_name" in e["args"]
-            for output in e["args"].get("output_type_shape", []) for shape in output.values()]
-
-
-def quadratic_tensors(shapes: list[tuple], num_patches: int, widest_row: int = PATCH_DIM) -> list[tuple]:
-    """The recorded tensors of N x N size: two axes of N, or more elements than N x the widest row."""
-    return [(op, shape) for op, shape in shapes
-            if sum(d == num_patches for d in shape) >= 2 or int(np.prod(shape)) > num_patches * widest_row]
-
-
 def test_quadratic_check_catches_packed_scores(tmp_path):
     """Control: an explicit q k^T attention ([1, H, N, N] scores) is flagged by the same check."""
     n, heads, d = 2304, 2, 4
