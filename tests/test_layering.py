@@ -119,3 +119,16 @@ def test_no_import_circle_in_the_product():
     graph = import_graph()
     assert "runtime.collection_embedder" in graph["runtime.collection_ray"]
     assert circles(graph) == []
+
+
+def test_no_test_module_imports_another():
+    """Shared test helpers live in tests/support.py and shared fixtures in tests/conftest.py: a test module that
+    imports another runs that module's fixtures and constants twice and ties the two together."""
+    bad = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{path.name}:{node.lineno} {name}" for name in names if name.startswith("tests.test_")]
+    assert not bad, bad
