@@ -154,8 +154,8 @@ def markdown(found: dict) -> str:
             f"- **HTP simulator**: `runtime npu-check` with CPU fallback disabled (every node on the HTP) on "
             f"{photos}, run on the context binary loaded back; min per-token cosine against the CPU EP's fp32. "
             "**Compile, load and run times are Qualcomm's simulator on this x86 machine (2 cores, shared with other "
-            "work during this phase), not a device's speed.** \"not run\": that variant was left out of this run "
-            "(`--htp`).\n\n" + table(found["rows"]) + "\n")
+            "work during this phase), not a device's speed.** \"not run\": left out of this run (`--htp`, `--no-qnn-stage`; why: docs/npu.md, "
+            "\"At published dims\").\n\n" + table(found["rows"]) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
