@@ -36,7 +36,7 @@ from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from quantize import fp16_emulation, fp16_plan, outlier_check, quantizers, stage, weight_stage
-from quantize.options import StageRun, excluded
+from quantize.options import StageRun, check_floor, check_stress, excluded
 from quantize.passes import elem_types, float16, unfuse_attention
 
 STAGE = "fp16"
@@ -95,12 +95,10 @@ class Fp16Options:
     outliers: str = "exclude"
 
     def __post_init__(self):
-        if not 0 <= self.min_cosine <= 1:
-            raise UsageError(f"--min-cosine must be in [0, 1], got {self.min_cosine}")
+        check_floor(self.min_cosine)
         if not self.headroom >= 1:
             raise UsageError(f"--headroom must be >= 1 (a factor below float16's largest value), got {self.headroom}")
-        if self.outliers not in outlier_check.MODES:
-            raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {self.outliers!r}")
+        check_stress(self.outliers)
         excluded([], list(self.exclude))  # a bad pattern is refused before any work
 
     @staticmethod

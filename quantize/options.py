@@ -31,6 +31,20 @@ def excluded(nodes: list[tuple[str, str]], patterns: list[str], option: str = "-
     return [n for n, w in nodes if any(c.search(n) or c.search(w) for c in compiled)]
 
 
+def check_floor(min_cosine: float) -> None:
+    """`--min-cosine` of any stage: in [0, 1] (0: no floor)."""
+    if not 0 <= min_cosine <= 1:
+        raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
+
+
+def check_stress(outliers: str, stress_target: float | None = None) -> None:
+    """`--outliers` (one of outlier_check.MODES) and, where the stage has one, `--stress-target` in (0, 1]."""
+    if outliers not in outlier_check.MODES:
+        raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {outliers!r}")
+    if stress_target is not None and not 0 < stress_target <= 1:
+        raise UsageError(f"--stress-target must be in (0, 1], got {stress_target}")
+
+
 @dataclass(frozen=True)
 class StageRun:
     """`threads`: ORT intra-op threads of the stage's checks (0: all cores); `force`: replace an OUT another stage
@@ -80,12 +94,8 @@ class WeightChecks:
     outlier_ratio: float = outlier_channels.DEFAULT_RATIO
 
     def __post_init__(self):
-        if self.outliers not in outlier_check.MODES:
-            raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {self.outliers!r}")
-        if not 0 < self.stress_target <= 1:
-            raise UsageError(f"--stress-target must be in (0, 1], got {self.stress_target}")
-        if not 0 <= self.min_cosine <= 1:
-            raise UsageError(f"--min-cosine must be in [0, 1], got {self.min_cosine}")
+        check_stress(self.outliers, self.stress_target)
+        check_floor(self.min_cosine)
         if self.worst_case_budget is not None and self.worst_case_budget < 0:
             raise UsageError(f"--worst-case-budget must be >= 0 seconds, got {self.worst_case_budget}")
         if self.outlier_ratio != 0 and not self.outlier_ratio > 1:

@@ -50,7 +50,7 @@ from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.staging import check_folder_output, staged_folder
 from quantize import calibration, outlier_check, stage
-from quantize.options import excluded
+from quantize.options import check_floor, check_stress, excluded
 
 STAGE = "ov-int8"
 #: The floor the variant ships under: the INT8 variant's (bench.sweep.FLOORS, core.engine.BF16_FLOOR).
@@ -83,14 +83,10 @@ class OvInt8Options:
     threads: int = 0
 
     def __post_init__(self):
-        if not 0 <= self.min_cosine <= 1:
-            raise UsageError(f"--min-cosine must be in [0, 1], got {self.min_cosine}")
+        check_floor(self.min_cosine)
         if self.smooth_alpha is not None and not 0 < self.smooth_alpha < 1:
             raise UsageError(f"--smooth-alpha must be in (0, 1), got {self.smooth_alpha}")
-        if self.outliers not in outlier_check.MODES:
-            raise UsageError(f"--outliers must be one of {', '.join(outlier_check.MODES)}, got {self.outliers!r}")
-        if not 0 < self.stress_target <= 1:
-            raise UsageError(f"--stress-target must be in (0, 1], got {self.stress_target}")
+        check_stress(self.outliers, self.stress_target)
         if self.precision is not None and self.precision not in openvino_session.PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(openvino_session.PRECISIONS)}, "
                              f"got {self.precision!r}")

@@ -29,7 +29,7 @@ from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from families.qwen_vl import static_inputs
 from quantize import calibration, stage
-from quantize.options import StageRun
+from quantize.options import StageRun, check_floor
 from quantize.passes import decompose_layer_norm
 from runtime import npu
 
@@ -83,8 +83,7 @@ def _checked(model_file: Path, names: list[str], feeds: list[dict], reference: l
 
 def run(path: str | Path, out: str | Path, context: StageRun, min_cosine: float = DEFAULT_MIN_COSINE) -> dict:
     """IN -> OUT/model.onnx + OUT/report.json; returns the report."""
-    if not 0 <= min_cosine <= 1:
-        raise UsageError(f"--min-cosine must be in [0, 1], got {min_cosine}")
+    check_floor(min_cosine)
     check_folder_output(out, STAGE, [path], context.force)
     threads, force = context.threads, context.force
     model_path = onnx_io.model_path(path)
