@@ -13,11 +13,7 @@ FP16 ?=
 # OV_INT8=1: also the OpenVINO INT8 variant (`python -m quantize ov-int8`: NNCF, OpenVINO IR, the package's
 # openvino/vision_encoder_int8.xml; docs/runtime-openvino.md). Opt-in: its gates were run on the tiny models only,
 # and on the AVX2-only CPU it was measured on it is no faster than fp32 (bench/results/ov-int8-form.md).
-# Phi-4-multimodal's tiny model reaches the outlier-stress gate only with SmoothQuant (0.93 without, 1.0 with alpha 0.5).
 OV_INT8 ?=
-OV_INT8_FLAGS ?=
-OV_INT8_FLAGS_phi-4-mm ?= --smooth-alpha 0.5
-ov_int8_flags = $(call model_flags,OV_INT8_FLAGS)
 # STATIC=WxH[,WxH...]: static specializations for NPUs instead of the dynamic pipeline (docs/npu.md): per size,
 # build/MODEL/static-WxH/export (builders.vision --static), .../qnn (A16W8 QDQ) and .../fp16 (HTP fp16 precision).
 STATIC ?=
@@ -30,36 +26,13 @@ STAMP := $(VENV)/.installed
 WEBGPU := .webgpu
 WEBGPU_STAMP := $(WEBGPU)/.installed
 BUILD := build/$(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,no-checkpoint)),$(MODEL),$(notdir $(patsubst %/,%,$(CHECKPOINT))))
-# The INT8 and INT4 points of `make export`, chosen by `make bench`'s sweep at 2B dims (bench/results/sweep.md,
-# docs/quantization.md "How sweep points are chosen"; rule: of the shippable points, the fastest meeting every
-# floor of bench.sweep.FLOORS, else of those meeting the most; ties within 5% to the more accurate for INT8 and to
-# the smaller file for INT4). Run of 2026-11-25 (AMD EPYC with AVX-512 VNNI, one thread, 448x448; sweep of
-# 12:01-13:28): INT8 dynamic 7-bit with the outlier split is 2.67x fp32 at min per-token cosine 0.99830 (random) /
-# 0.99844 (realistic stress): every floor met. INT4 block 128 asymmetric level 4 with the 72 most sensitive of its
-# 104 MatMuls at 8 bits is 1.72x, 22.6% of fp32, 0.98515 / 0.99287: every floor met (with VNNI the 8-bit
-# MatMulNBits kernel is as fast as the 4-bit one; 96 at 8 bits is as fast and more accurate, 0.99853, but 26.5%
-# of fp32, larger than the INT8 variant).
-# These are the commands' defaults for int8; bench.export_bench, bench.sweep --shipped and bench.shipped read them
-# from here (`bench.shipped.makefile_flags`, a model's own INT8_FLAGS_MODEL / INT4_FLAGS_MODEL first).
-INT8_FLAGS ?= --method dynamic --reduce-range --outliers exclude
-INT4_FLAGS ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 72
-# Phi-4-multimodal at published dims (same CPU, sweep of 2026-11-25 16:16-16:37, docs/quantization.md): 72 of its 158
-# MatMuls at 8 bits reach 0.96650 and 120 reach 0.97821, under the 0.98 floor; 144 reach 0.99626 (stress 0.99821):
-# the only INT4 point meeting every floor. Re-timed 19:40-19:46 (bench/results/sweep-phi-4-mm.md): 1.67x fp32,
-# 25.9% of its bytes (the INT8 variant, 2.39x and 25.5%, is as small).
-INT4_FLAGS_phi-4-mm ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 144
-# Qwen2.5-VL-3B at published dims (Intel Xeon with AMX, sweep of 2026-11-26 05:31-05:53, bench/results/sweep-qwen2.5-vl-3b.md;
-# docs/quantization.md): with 72 of its 162 MatMuls at 8 bits INT4 reaches 0.92743 and with 112 0.95570; 150 reach
-# 0.98984 (stress 0.99386, 25.2% of fp32, 1.29x: the speed floor is missed). Its INT8 keeps INT8_FLAGS (4.57x,
-# 0.98463: the 0.998 floor is missed; the only INT8 point reaching it, nbits, is slower than fp32 on that CPU).
-INT4_FLAGS_qwen2.5-vl ?= --block-size 128 --asymmetric --accuracy-level 4 --int8-matmuls 150
-# What `make export MODEL=...` runs for variable $1 (INT8_FLAGS, INT4_FLAGS): $1 when given on the command line,
-# else the model's own $1_MODEL where set, else its base name's $1_BASE (MODEL without its last -part: qwen2.5-vl-3b
-# and qwen2.5-vl-tiny -> qwen2.5-vl), else $1. bench.shipped.makefile_flags reads them the same way.
-MODEL_BASE = $(patsubst %-$(lastword $(subst -, ,$(MODEL))),%,$(MODEL))
-model_flags = $(if $(filter command line,$(origin $1)),$($1),$(or $($1_$(MODEL)),$($1_$(MODEL_BASE)),$($1)))
-int8_flags = $(call model_flags,INT8_FLAGS)
-int4_flags = $(call model_flags,INT4_FLAGS)
+# The flags of the int8, int4 and ov-int8 stages: INT8_FLAGS / INT4_FLAGS / OV_INT8_FLAGS when given, else the ones
+# the model's family ships (`--shipped`: declared with the family, families/shipping.py; the points `make bench`'s
+# sweep chose and their measurements are written beside each declaration).
+stage_flags = $(if $($1),$($1),--shipped)
+int8_flags = $(call stage_flags,INT8_FLAGS)
+int4_flags = $(call stage_flags,INT4_FLAGS)
+ov_int8_flags = $(call stage_flags,OV_INT8_FLAGS)
 
 .PHONY: install webgpu export package test lint bench bench-export bench-collection compare clean
 
@@ -140,7 +113,8 @@ bench: $(STAMP)
 # Wall time and peak RSS of every stage of `make export` (both export paths, surgery, optimize, int8, int4),
 # each in its own process, against the target of 4x the fp32 model: bench/results/export.md.
 bench-export: $(STAMP)
-	$(PY) -m bench.export_bench --model $(MODEL) --int8-flags "$(int8_flags)" --int4-flags "$(int4_flags)"
+	$(PY) -m bench.export_bench --model $(MODEL) $(if $(INT8_FLAGS),--int8-flags "$(INT8_FLAGS)") \
+		$(if $(INT4_FLAGS),--int4-flags "$(INT4_FLAGS)")
 
 # Throughput of `python -m runtime embed-collection` (images/s: --scheduler local with 1 and 2 threads, Ray with 1 and 2
 # actors) and its peak memory at 200 and 2,000 inputs, on the package dist/NAME of `make package`:
@@ -151,10 +125,11 @@ bench-collection: $(STAMP)
 
 # Both pipelines side by side at published dims (export, graphs, sizes, parity, latency at 448x448 and 896x896):
 # docs/comparison.md and docs/comparison.json. Exports what is missing first (minutes and ~8 GB each).
-COMPARED := qwen2-vl qwen2.5-vl qwen3-vl qwen3.5 phi-4-mm
+# The models: every family at published dims (`python -m bench.compare --list`, from the registry of families).
 compare: $(STAMP)
-	$(foreach m,$(COMPARED),(test -f build/$(m)/int4/report.json || $(MAKE) export MODEL=$(m)) &&) true
-	$(PY) -m bench.compare --models $(COMPARED)
+	for m in $$($(PY) -m bench.compare --list); do \
+		test -f build/$$m/int4/report.json || $(MAKE) export MODEL=$$m || exit 1; done
+	$(PY) -m bench.compare
 
 clean:
 	rm -rf build dist

@@ -31,14 +31,16 @@ from core.errors import Parser, UsageError, main_wrapper
 from core.machine import describe, machine
 from core.parity import worst
 from core.progress import say
-from families import family
+from families import FAMILIES, family
+from release.variants import ALWAYS
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = [(448, 448), (1024, 1024)]
-STAGES = ("export", "optimized", "int8", "int4")
+STAGES = ("export", *ALWAYS)
 VARIANTS = {"fp32": "optimized", "int8": "int8", "int4": "int4"}
-#: Every model `make compare` puts side by side (build/NAME of `make export MODEL=NAME`).
-MODELS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3.5", "phi-4-mm"]
+#: Every model `make compare` puts side by side (build/NAME of `make export MODEL=NAME`): each family at published
+#: dims, by its family name (a config or alias of configs/).
+MODELS = list(FAMILIES)
 
 
 def read_stages(model: str, build: Path) -> dict[str, dict]:
@@ -257,11 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--build", type=Path, default=ROOT / "build", help="folder holding build/MODEL/<stage>/")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "comparison.md")
+    parser.add_argument("--list", action="store_true", help="print the default models, one per line, and exit "
+                        "(`make compare` exports the missing ones)")
     parser.add_argument("--latency-from", type=Path,
                         help="take the latency of an earlier run's JSON (same models) and measure only the rest")
 
     def body() -> int:
         args = parser.parse_args(argv)
+        if args.list:
+            print("\n".join(MODELS))
+            return 0
         if args.threads < 1 or args.reps < 1:
             raise UsageError(f"--threads and --reps must be >= 1, got {args.threads} and {args.reps}")
         models = {}

@@ -32,8 +32,8 @@ from core.machine import describe, machine
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The memory target of every stage: peak RSS at most this many times the fp32 model's size.
 TARGET_RATIO = 4.0
-#: The default flags are the Makefile's INT8_FLAGS / INT4_FLAGS for the model (their one home), read by
-#: `bench.shipped.makefile_flags`.
+#: The default flags are those the model's family ships (declared with it, families/shipping.py), read by
+#: `bench.shipped.shipped_flags`.
 STAGES = ("export-torchscript", "export-dynamo", "surgery", "optimize", "int8", "int4")
 DEFAULT_NAMES = ("qwen3-vl", "qwen3-vl-2b")  # written as export.json / export.md; other models as export-NAME.*
 MARKER = ".export-bench"  # marks a work folder this benchmark made (and may therefore empty)
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="a config YAML file instead of --model")
     parser.add_argument("--work", type=Path, help="work folder (default build/bench-export/MODEL)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
-    parser.add_argument("--int8-flags", help="default: the Makefile's INT8_FLAGS (for MODEL)")
-    parser.add_argument("--int4-flags", help="default: the Makefile's INT4_FLAGS (for MODEL)")
+    parser.add_argument("--int8-flags", help="default: the flags the model's family ships")
+    parser.add_argument("--int4-flags", help="default: the flags the model's family ships")
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder for export.json / export.md")
     parser.add_argument("--note", default="", help="a sentence for the results (e.g. other jobs running)")
     args = parser.parse_args(argv)
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
     name = args.config.stem if args.config else args.model
-    shipped_flags = shipped.makefile_flags(shipped.ROOT / "Makefile", name)
+    shipped_flags = shipped.shipped_flags(None if args.config else args.model, args.config)
     args.int8_flags = shlex.join(shipped_flags["int8"]) if args.int8_flags is None else args.int8_flags
     args.int4_flags = shlex.join(shipped_flags["int4"]) if args.int4_flags is None else args.int4_flags
     work = args.work or Path("build/bench-export") / name

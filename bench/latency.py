@@ -31,12 +31,12 @@ from core.machine import machine
 from core.session import open_session
 from quantize import optimize as optimize_stage
 from quantize.options import StageRun
+from release.variants import QUANTIZED  # the quantized stages every `make export` builds
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIZES = [(448, 448), (336, 336), (560, 560)]
 CURVE_SIDES = [16, 24, 32, 48, 64]  # square grids: 256 .. 4096 patches
-QUANTIZED = ("int8", "int4")  # the shipped stages, built by `make export`
 ABLATIONS = {"ort optimized (no RotaryEmbedding)": {"rotary"}}
 
 

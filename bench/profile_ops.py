@@ -29,11 +29,12 @@ from core.errors import Parser, UsageError, main_wrapper
 from core.machine import describe, machine
 from core.progress import say
 from core.session import ORT_ERRORS, open_session, ort_error_line
+from release.variants import ALWAYS
 from runtime.smoke import integer_values
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "profile-ops"
-VARIANTS = ("optimized", "int8", "int4")
+VARIANTS = ALWAYS  # the stages every `make export` builds
 #: category: op types as the trace names them (`args.op_name`: no domain). Unlisted op types are "other".
 CATEGORIES: dict[str, frozenset[str]] = {
     "quantize/dequantize": frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "DequantizeLinear"}),

@@ -40,6 +40,7 @@ from core import onnx_io
 from core.machine import describe, machine
 from core.parity import min_token_cosine
 from core.progress import say
+from release.variants import ALWAYS
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "runtimes"
@@ -91,7 +92,7 @@ def variant_groups(build: Path, baseline: Path | None, other: str | None) -> dic
     version). A group's variants are open at once and interleaved; every group holds the reference (ORT fp32), so its cosines
     and speed-ups are against the same outputs. Groups keep memory bounded: all 2B sessions at once do not fit
     in 24 GB (measured: the worker was killed at 21 GB)."""
-    files = {stage: onnx_io.model_path(build / stage) for stage in ("optimized", "int8", "int4")
+    files = {stage: onnx_io.model_path(build / stage) for stage in ALWAYS
              if (build / stage).is_dir() or stage == "optimized"}  # int8 / int4 only where the build has them
     names = {"optimized": "fp32", "int8": "INT8", "int4": "INT4"}
     ours = {f"ORT {names[s]}": {"worker": "base", "engine": "onnxruntime", "file": f} for s, f in files.items()}

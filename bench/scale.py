@@ -25,11 +25,11 @@ import numpy as np
 from bench.timing import PATCH_DIM, grid_for, load_average, patch_of
 from core import onnx_io
 from core.machine import describe, machine
+from release.variants import QUANTIZED
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIDES = [32, 64, 92, 128]  # 1,024 / 4,096 / 8,464 / 16,384 patches
-QUANTIZED = ("int8", "int4")
 PACK_SIZES = [(448, 448), (336, 336)]
 
 

@@ -1,7 +1,7 @@
 """`python -m bench.shipped [--model qwen3-vl] [--readme README.md]`: the README's table of what `make export` ships.
 
 The variants a release package holds are the fp32 `optimized` stage and the `int8` / `int4` stages built with the
-Makefile's INT8_FLAGS / INT4_FLAGS. Their measured speed and accuracy come from the last quantization sweep,
+flags the model's family ships (`families.shipping.Shipping.flags`, what `make export` runs with `--shipped`). Their measured speed and accuracy come from the last quantization sweep,
 `bench/results/sweep-MODEL.json` (`python -m bench.sweep --model MODEL`, part of `make bench`): latency of one
 448x448 image on one thread against the optimized fp32 model, size, and the worst per-token cosine against fp32.
 A shipped stage is found in the sweep by its options (both flag lists parsed by `python -m quantize`'s own
@@ -12,26 +12,24 @@ error: the table never shows figures of another configuration.
 The table replaces the text between the README's markers `<!-- shipped-variants:begin -->` and
 `<!-- shipped-variants:end -->`; the source file and the CPU it was measured on are named under it.
 `--check` writes nothing and exits 1 when the README's block differs from what the results give.
-Exit 2 (one `error:` line) when the markers, the Makefile flags or the sweep results are missing.
+Exit 2 (one `error:` line) when the markers, the model's config or the sweep results are missing.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 import sys
 from pathlib import Path
 
 from core.errors import EXIT_OK, CheckFailed, Parser, UsageError, main_wrapper
 from core.machine import describe
+from release.variants import QUANTIZED, package_path
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- shipped-variants:begin -->", "<!-- shipped-variants:end -->"
-#: Makefile variable -> quantize stage it configures.
-STAGE_FLAGS = {"int8": "INT8_FLAGS", "int4": "INT4_FLAGS"}
 #: Options of `python -m quantize` that change what is checked or reported, not the model written.
-NOT_THE_MODEL = ("input", "out", "threads", "force", "verbose", "min_cosine", "worst_case_budget")
+NOT_THE_MODEL = ("input", "out", "threads", "force", "shipped", "verbose", "min_cosine", "worst_case_budget")
 FP32_LABEL = "fp32 (optimized)"
 
 
@@ -41,28 +39,20 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="file holding the markers")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results",
                         help="folder holding sweep-MODEL.json (default bench/results)")
-    parser.add_argument("--makefile", type=Path, default=ROOT / "Makefile", help="where INT8_FLAGS / INT4_FLAGS are")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 when the README's table differs from the results")
     return parser.parse_args(argv)
 
 
-def makefile_flags(makefile: Path, model: str | None = None) -> dict[str, list[str]]:
-    """{stage: flags} from the Makefile's `INT8_FLAGS ?= ...` / `INT4_FLAGS ?= ...` lines; for `model`, its own
-    `INT8_FLAGS_MODEL` / `INT4_FLAGS_MODEL` where the Makefile sets one, else its base name's (`model` without its
-    last -part: qwen2.5-vl-3b -> qwen2.5-vl): what `make export MODEL=model` runs."""
-    if not makefile.is_file():
-        raise UsageError(f"{makefile} not found: give the Makefile holding INT8_FLAGS and INT4_FLAGS with --makefile")
-    text = makefile.read_text()
-    flags = {}
-    for stage, variable in STAGE_FLAGS.items():
-        names = ([f"{variable}_{model}", f"{variable}_{model.rsplit('-', 1)[0]}"] if model else []) + [variable]
-        found = next(filter(None, (re.search(rf"^{re.escape(name)}\s*\??=\s*(.*)$", text, re.MULTILINE)
-                                   for name in names)), None)
-        if not found:
-            raise UsageError(f"{makefile} sets no {variable}: the shipped {stage} options are unknown")
-        flags[stage] = shlex.split(found.group(1))
-    return flags
+def shipped_flags(model: str | None = None, config: Path | None = None) -> dict[str, list[str]]:
+    """{stage: flags} `make export` runs int8 and int4 with for the model (a config name) or config file: its family's
+    declared flags."""
+    from builders.config import load_config
+    from families import family
+
+    loaded = load_config(model, config)
+    declared = family(loaded.family, loaded.path).shipping
+    return {stage: declared.stage_flags(stage) for stage in QUANTIZED}
 
 
 def options(stage: str, flags: list[str]) -> dict:
@@ -94,7 +84,7 @@ def read_sweep(results: Path, model: str) -> tuple[Path, dict]:
 
 
 def shipped_rows(sweep: dict, flags: dict[str, list[str]], source: Path) -> list[tuple[str, dict, list[str]]]:
-    """[(stage, sweep row, Makefile flags)] for fp32 (optimized), int8 and int4."""
+    """[(stage, sweep row, shipped flags)] for fp32 (optimized), int8 and int4."""
     rows = sweep["rows"]
     fp32 = next((r for r in rows if r.get("stage") == "fp32" or r.get("label") == FP32_LABEL), None)
     if fp32 is None:
@@ -104,18 +94,10 @@ def shipped_rows(sweep: dict, flags: dict[str, list[str]], source: Path) -> list
         wanted = options(stage, stage_flags)
         match = next((r for r in rows if r.get("stage") == stage and options(stage, r["flags"]) == wanted), None)
         if match is None:
-            raise UsageError(f"Makefile {STAGE_FLAGS[stage]} ({' '.join(stage_flags)}) matches no point measured in "
+            raise UsageError(f"the shipped {stage} flags ({' '.join(stage_flags)}) match no point measured in "
                              f"{source}: re-run `python -m bench.sweep` with that point, or ship a measured one")
         found.append((stage, match, stage_flags))
     return found
-
-
-def package_file(stage: str) -> str:
-    """The variant's file in a release package (`release.stages`: fp32 from optimized, suffixes for the rest)."""
-    from release.stages import BASE_NAME, QUANTIZED
-
-    suffix = f"_{QUANTIZED[stage]}" if stage in QUANTIZED else ""
-    return f"onnx/{BASE_NAME}{suffix}.onnx"
 
 
 def machine_line(facts: dict) -> str:
@@ -133,7 +115,7 @@ def table(sweep: dict, rows: list[tuple[str, dict, list[str]]], source: Path, mo
     for stage, row, flags in rows:
         cosine = "1 (reference)" if stage == "optimized" else f"{row['token_cosine']:.5f}"
         lines.append(f"| {'fp32' if stage == 'optimized' else stage} (`build/{model}/{stage}/`) | "
-                     f"`{package_file(stage)}` | {row['mib']:.0f} | {row['median_s']:.3f} | {row['speedup']:.2f}× | "
+                     f"`{package_path(stage)}` | {row['mib']:.0f} | {row['median_s']:.3f} | {row['speedup']:.2f}× | "
                      f"{cosine} | {'`' + ' '.join(flags) + '`' if flags else ''} |")
     cases = ", ".join(sweep.get("cases", []))
     when = f"{sweep.get('started', '?')} – {sweep.get('finished', '?')}"
@@ -169,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if BEGIN not in text or END not in text:
             replace_block(text, "", args.readme)  # the markers are checked before any other work
         source, sweep = read_sweep(args.results, args.model)
-        rows = shipped_rows(sweep, makefile_flags(args.makefile, args.model), source)
+        rows = shipped_rows(sweep, shipped_flags(args.model), source)
         new = replace_block(text, table(sweep, rows, source.resolve(), args.model), args.readme)
         if args.check:
             if new != text:

@@ -35,18 +35,13 @@ from core import onnx_io, parity
 from core.machine import machine
 from core.session import open_session
 from families import of_model
-from families.qwen_vl import FAMILIES as QWEN_FAMILIES
+from families.shipping import Shipping
 from runtime import smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SIZE = (448, 448)
 #: (label, stage, flags). Flags are those of `python -m quantize STAGE`: what `make export` takes.
-#: INT4 mixed-precision points per family: how many of the model's MatMuls (Qwen3-VL 2B: 104; Phi-4-multimodal:
-#: 158 after its fused attention is unfused; Qwen2-VL-2B 130, Qwen2.5-VL-3B 162, Qwen3.5 110: the same shares
-#: of their MatMuls as Qwen3-VL's points) go to 8-bit MatMulNBits, the most sensitive first.
-INT4_MIXED = {"qwen3-vl": (24, 48, 72, 96), "qwen2-vl": (30, 60, 90, 120), "qwen2.5-vl": (37, 75, 112, 150),
-              "qwen3.5": (25, 51, 76, 101), "phi-4-mm": (72, 120, 144)}
 POINTS = [
     ("int8 dynamic 7-bit", "int8", ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]),
     ("int8 dynamic 7-bit, smoothed", "int8",
@@ -69,36 +64,25 @@ POINTS = [
 ]
 
 
-#: INT8 points of one family: Qwen2.5-VL's SwiGLU down projections (and the attention output projections) as
-#: MatMulNBits 8-bit with per-token-and-block int8 activations (`quantize int8 --nbits-for`), the rest dynamic.
-_DYNAMIC = ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]
-INT8_EXTRA = {"qwen2.5-vl": [
-    ("int8 dynamic 7-bit, down_proj nbits", "int8", [*_DYNAMIC, "--nbits-for", "down_proj"]),
-    ("int8 dynamic 7-bit, down_proj + attn.proj nbits", "int8", [*_DYNAMIC, "--nbits-for", r"down_proj|attn\.proj"]),
-]}
+def _readable(pattern: str) -> str:
+    r"""A MatMul name pattern as a point's label says it: `down_proj|attn\.proj` -> `down_proj + attn.proj`."""
+    return pattern.replace("|", " + ").replace("\\.", ".")
 
 
-def points(family: str) -> list[tuple[str, str, list[str]]]:
-    """POINTS plus the family's own INT8 points (INT8_EXTRA) and INT4 mixed-precision points (INT4_MIXED)."""
-    return POINTS + INT8_EXTRA.get(family, []) + [
+def points(shipping: Shipping) -> list[tuple[str, str, list[str]]]:
+    """POINTS plus the family's own (its declared `Shipping`): dynamic INT8 with the MatMuls matching each of
+    `int8_nbits_for` by MatMulNBits, and INT4 with `int4_matmuls` of the most sensitive MatMuls at 8 bits."""
+    dynamic = ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]
+    nbits = [(f"int8 dynamic 7-bit, {_readable(pattern)} nbits", "int8",
+              [*dynamic, "--nbits-for", pattern]) for pattern in shipping.int8_nbits_for]
+    return POINTS + nbits + [
         (f"int4 b128 asym a4, {n} MatMuls 8-bit", "int4",
          ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report",
           "--int8-matmuls", str(n)])
-        for n in INT4_MIXED[family]]
+        for n in shipping.int4_matmuls]
+
+
 FP32 = "fp32 (optimized)"
-#: The validation cases each point's accuracy is measured at (of the family's validation layouts), per family: bounds
-#: the sweep's cost (one stage per point at 2B dims). The shipped stages of `make export` check every layout.
-#: The Qwen generations: the key size, a mixed-size pack, a video, a mixed image + video pack and the export
-#: example (5 of 14; Qwen2.5-VL: of 16).
-#: Phi-4-multimodal: one crop, three images of 2, 3 and 5 crops, padded patch rows and columns (4 of 9; its export
-#: example is 250x600 + 448x448, both covered; the 13-crop 1344x1792 layout is left to `make export`).
-QWEN_CASES = ("image 448x448", "pack 448x448 + 336x336", "video t=2 256x256", "pack image + video t=2 + image",
-              "export example")
-CASES = {
-    **{name: QWEN_CASES for name in QWEN_FAMILIES},
-    "phi-4-mm": ("one crop 448x448", "three images 2, 3, 5 crops", "padded patch rows 250x600",
-                 "padded patch columns 600x250"),
-}
 #: The floors a shipped point must meet (issue 17): min per-token cosine against fp32 on random weights and on
 #: the realistic outlier stress, speed against optimized fp32 (448x448, one thread), size against fp32.
 FLOORS = {"int8": {"token_cosine": 0.998, "stress_token_cosine": 0.99, "speedup": 2.5},
@@ -122,22 +106,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "table and plot")
     parser.add_argument("--shipped", action="store_true",
                         help="add the int8 and int4 stage folders `make export` made in BUILD/MODEL as points (the "
-                             "Makefile's flags; accuracy from their reports, every layout); without --only, build "
+                             "family's shipped flags; accuracy from their reports, every layout); without --only, build "
                              "no other point")
     parser.add_argument("--build", type=Path, default=ROOT / "build")
     parser.add_argument("--out", type=Path, default=RESULTS)
     return parser.parse_args(argv)
 
 
-def shipped_points(root: Path) -> list[dict]:
-    """The int8 and int4 stages of `make export` in `root` as built points (labels say so; flags the Makefile's)."""
-    from bench import shipped
-
-    flags = shipped.makefile_flags(ROOT / "Makefile", root.name)
+def shipped_points(root: Path, shipping: Shipping) -> list[dict]:
+    """The int8 and int4 stages of `make export` in `root` as built points (labels say so; flags the family's
+    shipped ones)."""
     found = []
     for stage in ("int8", "int4"):
         folder = stage_model(root.parent, root.name, stage).parent
-        found.append({"label": f"{stage} shipped (make export)", "stage": stage, "flags": flags[stage],
+        found.append({"label": f"{stage} shipped (make export)", "stage": stage, "flags": shipping.stage_flags(stage),
                       "folder": str(folder), "report": json.loads((folder / "report.json").read_text())})
     return found
 
@@ -285,15 +267,15 @@ def main(argv=None) -> int:
         return write_report(args.out, stem, md_name, json.loads(last.read_text()))
     root = args.build / args.model
     optimized = stage_model(args.build, args.model)
-    family = of_model(onnx_io.metadata(optimized), optimized).name
-    cases = CASES[family]
-    every = points(family)
+    shipping = of_model(onnx_io.metadata(optimized), optimized).shipping
+    cases = shipping.sweep_cases
+    every = points(shipping)
     shipped_only = args.shipped and not args.only  # the stages of make export alone
     chosen = [p for p in every if not shipped_only and (not args.only or any(o in p[0] for o in args.only))
               and not any(s in p[0] for s in args.skip)]
     skipped = [p[0] for p in every if p not in chosen]
     started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    built = (shipped_points(root) if args.shipped else []) + build_points(root, chosen, cases)
+    built = (shipped_points(root, shipping) if args.shipped else []) + build_points(root, chosen, cases)
     failed = [p for p in built if "error" in p]
     rows = [{"label": FP32, "stage": "fp32", "flags": [], "folder": str(optimized.parent),
              "mib": sum(f.stat().st_size for f in optimized.parent.glob("model.onnx*")) / 2**20,

@@ -11,7 +11,7 @@ What `python -m release genai` needs and no model hub is reached for: a `save_pr
   config.json's image, video and vision start/end token ids are theirs;
 - preprocessor_config.json: Qwen3-VL's image processor settings (families/qwen_vl/preprocess.py).
 `--family qwen2.5-vl` / `qwen3.5` (tiny only): `Qwen2_5_VLForConditionalGeneration` / `Qwen3_5ForConditionalGeneration`
-with that family's tiny tower, a tiny text model of its kind (`FAMILY_TINY`), the same tokenizer and the
+with that family's tiny tower (its declared `Shipping.tiny_config`), a tiny text model of its kind (`FAMILY_TEXT`), the same tokenizer and the
 generation's processor settings.
 """
 
@@ -45,24 +45,24 @@ TEXT = {
            "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
                                "mrope_interleaved": True}},
 }
-VISION = {"tiny": "qwen3-vl-tiny", "2b": "qwen3-vl-2b"}
-#: The other families' tiny checkpoints (`--family`): their tiny vision config and a two- or four-layer text model
+VISION = {"tiny": GENERATIONS["qwen3-vl"].shipping.tiny_config, "2b": "qwen3-vl-2b"}
+#: The other families' tiny checkpoints (`--family`): their tiny vision config (declared) and a two- or four-layer text model
 #: of width 96 (the tiny towers' out_hidden_size). Qwen2.5-VL: 2 heads of 48, mRoPE sections 8/8/8. Qwen3.5: its
 #: hybrid decoder, three Gated DeltaNet layers and one attention layer (heads of 16, a quarter rotated), the
 #: smallest onnxruntime-genai 0.18's builder writes for CPU.
-FAMILY_TINY = {
-    "qwen2.5-vl": ("qwen2.5-vl-tiny", {
+FAMILY_TEXT = {
+    "qwen2.5-vl": {
         "vocab_size": 320, "hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 4096,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 8, 8]}}),
-    "qwen3.5": ("qwen3.5-tiny", {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [8, 8, 8]}},
+    "qwen3.5": {
         "vocab_size": 320, "hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 4,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "linear_conv_kernel_dim": 4,
         "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_num_key_heads": 2,
         "linear_num_value_heads": 4, "max_position_embeddings": 4096,
         "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-                            "mrope_section": [1, 1, 0], "mrope_interleaved": True}}),
+                            "mrope_section": [1, 1, 0], "mrope_interleaved": True}},
 }
 DTYPE = {"tiny": torch.float32, "2b": torch.bfloat16}
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
@@ -97,10 +97,10 @@ def model(dims: str, tok: Qwen2Tokenizer, seed: int, family: str = "qwen3-vl"):
     if family != "qwen3-vl":
         from transformers import AutoModelForImageTextToText
 
-        vision_name, text_dims = FAMILY_TINY[family]
         generation = GENERATIONS[family]
         config = generation.model_config_class()(
-            vision_config=load_config(vision_name).vision, text_config={**text_dims, **special}, **ids)
+            vision_config=load_config(generation.shipping.tiny_config).vision,
+            text_config={**FAMILY_TEXT[family], **special}, **ids)
         config.architectures = [generation.architecture]
         torch.manual_seed(seed)
         return AutoModelForImageTextToText.from_config(config).eval().float()
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out folder this tool wrote")
     add_clobber_argument(parser)
-    parser.add_argument("--family", choices=["qwen3-vl", *FAMILY_TINY], default="qwen3-vl",
+    parser.add_argument("--family", choices=["qwen3-vl", *FAMILY_TEXT], default="qwen3-vl",
                         help="the model (default qwen3-vl; the others tiny only)")
 
     def run() -> int:

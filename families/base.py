@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from families.shipping import Shipping
+
 Inputs = dict[str, np.ndarray]
 Metadata = dict[str, str]  # ONNX metadata_props as written by the export stage
 
@@ -105,3 +107,4 @@ class Family:
     surgery_checks: tuple[str, ...]
     release: Release
     processing: Processing
+    shipping: Shipping

@@ -1,7 +1,9 @@
 """`python -m quantize {optimize,int8,int4,fp16,q4f16,qnn} IN OUT ...`: the optimize, INT8, INT4, fp16, q4f16 and qnn stages.
 
 IN is a model.onnx (or a stage folder holding one); OUT is a stage folder that receives model.onnx
-(+ model.onnx.data when large) and report.json. Exit 0 on success, 1 when a pass breaks parity
+(+ model.onnx.data when large) and report.json. `--shipped` (int8, int4, ov-int8): the flags the model's family
+ships the stage with (its declared `families.shipping.Shipping.flags`, what `make export` runs), found from IN's
+`family` metadata; options given beside it override them. Exit 0 on success, 1 when a pass breaks parity
 (OUT untouched), 2 on bad input (one line on stderr).
 """
 
@@ -10,11 +12,13 @@ import logging
 import sys
 from pathlib import Path
 
+from core import onnx_io
 from core.errors import Parser, main_wrapper
+from families import of_model
 from quantize import fp16, int4, int8, optimize, ov_int8, q4f16, qnn
 from quantize.options import StageRun, WeightChecks
 
-#: The options object of each stage command that has one (bench.shipped resolves the Makefile's flags through them).
+#: The options object of each stage command that has one (bench.shipped resolves the shipped flags through them).
 OPTIONS = {"int8": int8.Int8Options, "int4": int4.Int4Options, "fp16": fp16.Fp16Options, "q4f16": fp16.Fp16Options,
            "ov-int8": ov_int8.OvInt8Options}
 
@@ -42,6 +46,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      help="saved (default): the saved model at every validation layout, and on a failure each pass "
                           "again at the failing layouts to name it; each: also each pass at a few layouts as it "
                           "goes; all: each pass at every layout")
+    for sub in (int8_cmd, int4_cmd, ov_int8_cmd):
+        sub.add_argument("--shipped", action="store_true",
+                         help="start from the flags the model's family ships this stage with (what `make export` "
+                              "runs; families/shipping.py); options given beside it override them")
     int8.Int8Options.add_arguments(int8_cmd)
     WeightChecks.add_arguments(int8_cmd, "exclude")
     int4.Int4Options.add_arguments(int4_cmd)
@@ -53,13 +61,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def shipped_flags(command: str, model: Path) -> list[str]:
+    """The flags the family of `model` (a model file or stage folder, by its `family` metadata) ships `command` with."""
+    path = onnx_io.model_path(model)
+    return of_model(onnx_io.metadata(path), path).shipping.stage_flags(command)
+
+
+def resolve_shipped(argv: list[str]) -> argparse.Namespace:
+    """`argv` parsed; with `--shipped`, parsed again with the family's flags first, so that the options given beside
+    it override them (argparse: the last occurrence wins)."""
+    args = parse_args(argv)
+    if not getattr(args, "shipped", False):
+        return args
+    command, *rest = argv
+    return parse_args([command, *shipped_flags(command, args.input), *(a for a in rest if a != "--shipped")])
+
+
 def main(argv: list[str] | None = None, hooks: StageRun | None = None) -> int:
     """The command; `hooks`: a StageRun whose measurement hooks (keep_prepared, cases) the stage takes
     (`bench.sweep`)."""
     logging.disable(logging.INFO)  # onnxscript / ORT log every rewrite and quantized node at INFO
 
     def body() -> int:
-        args = parse_args(argv)
+        args = resolve_shipped(sys.argv[1:] if argv is None else list(argv))
         context = StageRun.from_args(args, hooks)
         if args.command == "optimize":
             optimize.run(args.input, args.out, set(args.skip), context, args.checks)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from families import family
 from families.base import FEATURES
+from release.variants import VARIANTS
 from runtime.buckets import KEY
 from runtime.path_choice import per_cpu
 
@@ -116,7 +117,7 @@ def smoke_lines(manifest: dict) -> list[str]:
 def webgpu_lines(manifest: dict) -> list[str]:
     """What was verified on WebGPU: the check users can run, what the project's tests run it on."""
     names = [v["name"] for v in manifest["variants"]]
-    webgpu = [n for n in ("fp16", "q4f16") if n in names]
+    webgpu = [n for n in names if n in VARIANTS and VARIANTS[n].made_for == "webgpu"]
     which = (f"The {' and '.join(f'`{n}`' for n in webgpu)} variant{'s are' if len(webgpu) > 1 else ' is'} made for "
              "WebGPU (transformers.js `dtype`, `device: 'webgpu'`). " if webgpu else
              "This package has no fp16 or q4f16 variant (`make export FP16=1` builds them). ")

@@ -1,7 +1,7 @@
 """`python -m release genai BUILD --checkpoint CKPT --out DIR`: a folder onnxruntime-genai 0.18.0 loads as it is.
 
     DIR/genai_config.json       genai's builder's config, the family's type (qwen3_vl, qwen2_5_vl, qwen3_5:
-                                release/genai_types.py), + vision and embedding sections
+                                families/shipping.py), + vision and embedding sections
     DIR/model.onnx[.data]       the text decoder (inputs_embeds), from genai's builder (release/genai_decoder.py)
     DIR/vision.onnx[.data]      BUILD's encoder under genai's I/O names, DeepStack outputs removed
                                 (release/genai_vision.py)
@@ -37,12 +37,12 @@ from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.staging import staged_folder
 from families import family
+from families.qwen_vl.generations import GENERATIONS
 from release import (
     genai_checkpoint,
     genai_config,
     genai_decoder,
     genai_embedding,
-    genai_types,
     genai_vision,
     stages,
 )
@@ -136,13 +136,13 @@ def genai(build: str | Path, checkpoint: str | Path, out: str | Path, decoder: s
     og = _og()
     found = stages.read_build(build)
     export = found["export"].report
-    kind = genai_types.TYPES.get(export.get("family"))
+    declared = family(export.get("family"), f"{build}/export/report.json")
+    kind = declared.shipping.genai_type
     if kind is None:
-        reason = genai_types.NOT_MADE.get(export.get("family"), "onnxruntime-genai runs no such model")
-        raise UsageError(f"BUILD {build} holds a {export.get('family')} encoder: {reason}")
+        raise UsageError(f"BUILD {build} holds a {declared.name} encoder: {declared.shipping.genai}")
     chosen = _variant(found, variant)
     metadata = onnx_io.metadata(chosen.stage.model)
-    ckpt = genai_checkpoint.read(checkpoint, export, metadata, kind)
+    ckpt = genai_checkpoint.read(checkpoint, export, metadata, GENERATIONS[declared.name].architecture)
     hidden = int(ckpt.text["hidden_size"])
     if decoder is not None:
         genai_decoder.check(Path(decoder), hidden)
@@ -172,7 +172,7 @@ def genai(build: str | Path, checkpoint: str | Path, out: str | Path, decoder: s
         with step("load in onnxruntime-genai and run one step", timings, "check"):
             check = load_check(tmp)
         report_mod.write(tmp, {
-            "stage": STAGE, "family": kind.family, "type": kind.type, "model": export.get("model"),
+            "stage": STAGE, "family": declared.name, "type": kind.type, "model": export.get("model"),
             "onnxruntime_genai": og.__version__,
             "checkpoint": str(ckpt.folder), "vision": {"stage": chosen.stage.name, "variant": variant, **vision},
             "embedding": embedding,

@@ -1,6 +1,6 @@
 """The full checkpoint an onnxruntime-genai package is made from, read and checked without torch.
 
-A checkpoint is a `save_pretrained` folder of the family's `*ForConditionalGeneration` (`GenaiType.architecture`:
+A checkpoint is a `save_pretrained` folder of the family's `*ForConditionalGeneration` (`Generation.architecture`:
 Qwen3-VL, Qwen2.5-VL or Qwen3.5): `config.json` (with
 `text_config`, `vision_config` and the special token ids), `*.safetensors` (+ the shard index) and the
 tokenizer (`tokenizer.json`, which genai's processor reads). `read` refuses, with one line naming the cause
@@ -24,7 +24,6 @@ from core.errors import UsageError
 from core.report import read_json_object
 from families import export_facts
 from families.untrusted import refuse_code
-from release.genai_types import GenaiType
 from release.manifest import file_record
 
 INDEX = "model.safetensors.index.json"
@@ -120,11 +119,12 @@ def _check_tokenizer(folder: Path, config: dict) -> None:
                              f"{config[key]}; the tokenizer is not this model's: save the model's own tokenizer")
 
 
-def read(checkpoint: str | Path, export: dict, metadata: dict, kind: GenaiType) -> Checkpoint:
+def read(checkpoint: str | Path, export: dict, metadata: dict, architecture: str) -> Checkpoint:
     """The checked checkpoint for a package of BUILD (`export`: its export report; `metadata`: the ONNX
-    metadata of the vision encoder that goes into the package; `kind`: the family's genai type)."""
+    metadata of the vision encoder that goes into the package; `architecture`: the family's checkpoint class,
+    `Qwen3VLForConditionalGeneration`)."""
     folder = Path(checkpoint)
-    config = _config(folder, kind.architecture)
+    config = _config(folder, architecture)
     _check_vision(config, metadata, folder / "config.json")
     _check_same_weights(folder, export)
     _check_tokenizer(folder, config)

@@ -1,7 +1,7 @@
 """`genai_config.json` and `processor_config.json` of an onnxruntime-genai package (genai 0.18.0's schema).
 
 genai_config.json: the decoder's config as genai's builder wrote it, with
-- `model.type` the family's (`release/genai_types.py`: `qwen3_vl`, `qwen2_5_vl`, `qwen3_5`; for Qwen3-VL the
+- `model.type` the family's (`families.shipping.Shipping.genai`, declared per generation: `qwen3_vl`, `qwen2_5_vl`, `qwen3_5`; for Qwen3-VL the
   builder writes `qwen3vl`, a type genai's own runtime refuses: "Unsupported model_type in config.json: qwen3vl");
 - `image_token_id`, `video_token_id`, `vision_start_token_id` from the checkpoint's config.json;
 - an `embedding` section (input_ids, image_features -> inputs_embeds) and a `vision` section (pixel_values,
@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 
 from core.errors import UsageError
-from release.genai_types import GenaiType
+from families.shipping import GenaiType
 
 CONFIG = "genai_config.json"
 PROCESSOR = "processor_config.json"

@@ -2,11 +2,9 @@
 which of them become the package's variants.
 
 fp32: the optimized stage when present (the fastest fp32 graph, validated against its input), else
-surgery, else the raw export. Other variants: every fp16 or quantized stage present, named with the
-onnx-community / transformers.js dtype suffixes (`vision_encoder_fp16.onnx`, `vision_encoder_int8.onnx`,
-`vision_encoder_q4.onnx`, `vision_encoder_q4f16.onnx`); `config.json` lists them (`CONFIG_KEY`, `list_in_config`).
-The ov-int8 stage is an OpenVINO IR (model.xml + model.bin, `quantize/ov_int8.py`): its variant `ov-int8` is
-`openvino/vision_encoder_int8.xml` + `.bin`, which only OpenVINO runs (not listed under CONFIG_KEY, an ONNX list).
+surgery, else the raw export. Other variants: every fp16 or quantized stage present, as the table of variants says
+(`release.variants.VARIANTS`: stage, file, runtime); `config.json` lists the ONNX ones (`CONFIG_KEY`,
+`list_in_config`); the OpenVINO IR (`ov-int8`) is not listed there (CONFIG_KEY is an ONNX list).
 
 Static buckets (`make export STATIC=WxH`, docs/npu.md): each `static-WxH/` folder of the build (`STATIC_PREFIX`) with
 its stages export, qnn and fp16 (`STATIC_STAGES`) becomes `onnx/vision_encoder_static_WxH.onnx` (fp32),
@@ -24,22 +22,14 @@ from pathlib import Path
 from core import onnx_io
 from core.errors import UsageError
 from families.static_size import StaticSize
+from release.variants import BASE_NAME, BY_STAGE, VARIANTS
 from runtime import buckets
 
-#: Stage folders in pipeline order (fp16, int8 and int4 each read the optimized stage; q4f16 reads it and int4's
-#: recipe).
-STAGES = ("export", "surgery", "optimized", "int8", "int4", "fp16", "q4f16", "ov-int8")
+#: Stage folders: the export and surgery stages, then each variant's in the package's order (the variants' stages
+#: each read the optimized stage; q4f16 reads it and int4's recipe).
+STAGES = ("export", "surgery", *(v.stage for v in VARIANTS.values()))
 #: fp32 candidates, preferred first.
 FP32_STAGES = ("optimized", "surgery", "export")
-#: Quantized stage -> variant suffix (transformers.js dtype names: `int8` -> `_int8`, `q4` -> `_q4`).
-QUANTIZED = {"int8": "int8", "int4": "q4"}
-#: Every stage that becomes a variant besides fp32 -> its suffix, in package order (dtype `fp16` -> `_fp16`).
-VARIANT_STAGES = {"fp16": "fp16", **QUANTIZED, "q4f16": "q4f16", "ov-int8": "ov-int8"}
-#: Variants in OpenVINO IR (their stage folder holds model.xml + model.bin) -> the suffix of their file in openvino/.
-OPENVINO_VARIANTS = {"ov-int8": "int8"}
-#: A stage folder's model file: model.onnx, or model.xml for the IR stages.
-MODEL_FILES = {"ov-int8": "model.xml"}
-BASE_NAME = "vision_encoder"
 #: The key of config.json that lists the package's variants: {dtype: file}.
 CONFIG_KEY = "onnx_variants"
 #: A static bucket's folder in a build: `static-` + `families.static_size.StaticSize.name` (WxH, FxWxH).
@@ -62,7 +52,7 @@ class Stage:
 
 @dataclass
 class Variant:
-    """A model file of the package: `name` (fp32, int8, q4), its stage and its file name in `onnx/`."""
+    """A model file of the package: `name` (fp32, int8, q4: `release.variants.VARIANTS`), its stage and its file."""
 
     name: str
     stage: Stage
@@ -70,14 +60,11 @@ class Variant:
     @property
     def folder(self) -> str:
         """The package folder of its file: onnx/, or openvino/ for an IR."""
-        return "openvino" if self.name in OPENVINO_VARIANTS else "onnx"
+        return VARIANTS[self.name].folder
 
     @property
     def file(self) -> str:
-        if self.name in OPENVINO_VARIANTS:
-            return f"{BASE_NAME}_{OPENVINO_VARIANTS[self.name]}.xml"
-        suffix = "" if self.name == "fp32" else f"_{self.name}"
-        return f"{BASE_NAME}{suffix}.onnx"
+        return VARIANTS[self.name].file
 
     @property
     def path(self) -> str:
@@ -103,7 +90,8 @@ def read_stage(folder: Path, name: str) -> Stage | None:
     """The stage in `folder`, or None when the folder does not exist; UsageError when it is incomplete."""
     if not folder.exists():
         return None
-    model, report = folder / MODEL_FILES.get(name, onnx_io.MODEL_FILE), folder / "report.json"
+    model_file = BY_STAGE[name].model_file if name in BY_STAGE else onnx_io.MODEL_FILE
+    model, report = folder / model_file, folder / "report.json"
     if not model.is_file() or not report.is_file():
         raise UsageError(f"stage folder {folder} lacks {model.name if not model.is_file() else 'report.json'}; "
                          f"re-run the {name} stage (make export)")
@@ -129,12 +117,12 @@ def read_build(build: str | Path) -> dict[str, Stage]:
 
 
 def variants(stages: dict[str, Stage]) -> list[Variant]:
-    """fp32 first, then one variant per fp16 or quantized stage present (VARIANT_STAGES order).
+    """fp32 first, then one variant per fp16 or quantized stage present (the order of VARIANTS).
 
     UsageError when a variant's stage was made before the fp32 stage (`created` in the reports): it was
     made from an earlier build (`make export` without FP16=1 leaves an older `fp16/` as it was)."""
     fp32 = next(stages[name] for name in FP32_STAGES if name in stages)
-    chosen = [Variant(suffix, stages[name]) for name, suffix in VARIANT_STAGES.items() if name in stages]
+    chosen = [Variant(v.name, stages[v.stage]) for v in list(VARIANTS.values())[1:] if v.stage in stages]
     for v in chosen:
         if v.stage.report.get("created", "") < fp32.report.get("created", ""):
             raise UsageError(f"{v.stage.folder} ({v.stage.report.get('created')}) is older than the fp32 stage "

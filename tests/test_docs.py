@@ -168,7 +168,7 @@ def test_quoted_command_accepts_help(pair, help_runs):
 
 
 def test_shipped_table_is_what_the_results_give(tmp_path):
-    """`python -m bench.shipped` on the committed bench/results and Makefile rewrites README.md's block to itself."""
+    """`python -m bench.shipped` on the committed bench/results and the declared flags rewrites README.md's block to itself."""
     text = README.read_text()
     begin, end = text.find(shipped.BEGIN), text.find(shipped.END)
     assert 0 <= begin < end, "README.md has no shipped-variants markers"
@@ -190,25 +190,3 @@ def test_shipped_without_markers_is_one_error_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "shipped-variants:begin" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
     assert readme.read_text() == "# a README without the table's markers\n"
-
-
-def test_a_model_s_own_makefile_flags_come_first(tmp_path):
-    """`make export MODEL=m` runs INT4_FLAGS_m where the Makefile sets it, else INT4_FLAGS; bench.shipped reads the same."""
-    makefile = tmp_path / "Makefile"
-    makefile.write_text("INT8_FLAGS ?= --method dynamic\nINT4_FLAGS ?= --int8-matmuls 72\n"
-                        "INT4_FLAGS_phi-4-mm ?= --int8-matmuls 120\n")
-    assert shipped.makefile_flags(makefile)["int4"] == ["--int8-matmuls", "72"]
-    assert shipped.makefile_flags(makefile, "qwen3-vl")["int4"] == ["--int8-matmuls", "72"]
-    assert shipped.makefile_flags(makefile, "phi-4-mm-tiny")["int4"] == ["--int8-matmuls", "120"]  # base name's
-    assert shipped.makefile_flags(makefile, "phi-4-mm") == {"int8": ["--method", "dynamic"],
-                                                            "int4": ["--int8-matmuls", "120"]}
-
-
-@pytest.mark.skipif(shutil.which("make") is None, reason="needs make to read the Makefile as make export does")
-def test_make_export_takes_a_model_s_base_name_flags():
-    """`make export MODEL=phi-4-mm-tiny` runs INT4_FLAGS_phi-4-mm (its base name's), as bench.shipped reads it."""
-    done = subprocess.run(["make", "-n", "-o", ".venv/.installed", "export", "MODEL=phi-4-mm-tiny"], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-    int4 = next(line for line in done.stdout.splitlines() if " int4 " in line)
-    expected = shipped.makefile_flags(ROOT / "Makefile", "phi-4-mm-tiny")["int4"]
-    assert int4.split("build/phi-4-mm-tiny/int4 ", 1)[1].split() == expected

@@ -23,14 +23,14 @@ import pytest
 import torch
 
 from builders import deepstack_effect, genai_parity, random_checkpoint, vision
+from families import FAMILIES
 from release import __main__ as release_cli
 from release import genai_checkpoint, genai_config, genai_embedding
-from release.genai_types import TYPES
 from runtime import sample_photos
 from tests.conftest import single_error, snapshot
 
 TOLERANCE = 1e-3  # max abs difference of logits (issue 18)
-QWEN3_VL = TYPES["qwen3-vl"]
+QWEN3_VL = FAMILIES["qwen3-vl"].shipping.genai_type
 #: One grey level of the processors' output (rescale 1/255, then (x - 0.5) / 0.5).
 LEVEL = 2 / 255
 
@@ -289,9 +289,9 @@ def made_other(request, tmp_path_factory):
 
 def test_other_families_package_as_their_genai_type(made_other):
     config = json.loads((made_other.pkg / "genai_config.json").read_text())["model"]
-    assert config["type"] == TYPES[made_other.family].type
+    assert config["type"] == FAMILIES[made_other.family].shipping.genai_type.type
     processor = json.loads((made_other.pkg / "processor_config.json").read_text())["processor"]
-    assert processor["name"] == TYPES[made_other.family].processor
+    assert processor["name"] == FAMILIES[made_other.family].shipping.genai_type.processor
     report = json.loads((made_other.pkg / "report.json").read_text())
     assert report["vision"]["dropped_outputs"] == [] and report["deepstack"].startswith("none")
     tokenizer = json.loads((made_other.pkg / "tokenizer_config.json").read_text())

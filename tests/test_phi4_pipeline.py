@@ -1,21 +1,19 @@
 """Phi-4-multimodal through every stage of `make export` (tiny config), through the same commands as
 Qwen3-VL: export -> surgery stage (the family's checks) -> optimize (the family's passes) -> int8, int4, each
-stage's report self-contained (int8 and int4 with the Makefile's shipped options, as `make export` runs them); then `runtime encode` on the result, with the family's input checks."""
+stage's report self-contained (int8 and int4 with the family's shipped options, `--shipped` as `make export` runs
+them); then `runtime encode` on the result, with the family's input checks."""
 
 import json
 
 import numpy as np
 import pytest
 
-from bench import shipped
 from builders import vision
 from families import PHI4_MM
 from quantize import __main__ as quantize_cli
 from runtime import __main__ as runtime_cli
 from surgery import cli as surgery_cli
 from tests.conftest import single_error
-
-SHIPPED = shipped.makefile_flags(shipped.ROOT / "Makefile")
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +24,8 @@ def stages(tmp_path_factory):
     assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(folders["export"])]) == 0
     assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
     assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
-    for stage in ("int8", "int4"):  # with the options `make export` ships (the Makefile's INT8_FLAGS / INT4_FLAGS)
-        assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), *SHIPPED[stage]]) == 0
+    for stage in ("int8", "int4"):  # with the options `make export` ships (the family's declared flags)
+        assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), "--shipped"]) == 0
     return folders
 
 

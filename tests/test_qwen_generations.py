@@ -16,7 +16,6 @@ import onnx_ir as ir
 import pytest
 import safetensors.torch
 
-from bench import shipped
 from builders import onnx_export, validate, vision
 from builders.config import CONFIG_DIR, load_config
 from builders.qwen_vl import layouts
@@ -57,7 +56,6 @@ def window_patches(name: str) -> int:
     return vision["window_size"] // vision["patch_size"] if GENERATIONS[TINY[name]].windows else 0
 #: Packs whose windows (8 x 8 patches) are cut at the frame edges, of frames of every size class.
 WINDOW_PACKS = [[[1, 2, 2]], [[1, 8, 8], [1, 10, 2]], [[3, 6, 18]], [[1, 30, 14], [2, 4, 4], [1, 16, 10]]]
-SHIPPED = shipped.makefile_flags(shipped.ROOT / "Makefile")
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +184,7 @@ def test_windows_run_one_attention_per_window_and_no_n_by_n_tensor(exports, path
 # ---------------------------------------------------------------- every stage of `make export`
 @pytest.fixture(scope="module")
 def stages(exports, tmp_path_factory) -> dict:
-    """{config name: {stage: folder}}: surgery, optimize, int8, int4 (the Makefile's shipped flags) and fp16 of the
+    """{config name: {stage: folder}}: surgery, optimize, int8, int4 (the family's shipped flags, `--shipped`) and fp16 of the
     TorchScript exports, laid out as `make export FP16=1` lays out build/MODEL/."""
     root = tmp_path_factory.mktemp("generation-stages")
     out = {}
@@ -196,7 +194,7 @@ def stages(exports, tmp_path_factory) -> dict:
         assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
         assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
         for stage in ("int8", "int4"):
-            assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), *SHIPPED[stage]]) == 0
+            assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), "--shipped"]) == 0
         assert quantize_cli.main(["fp16", str(folders["optimized"]), str(folders["fp16"])]) == 0
         out[config] = folders
     return out
@@ -374,7 +372,7 @@ def test_int8_nbits_for_routes_down_proj_to_matmulnbits(stages, tmp_path, capsys
     activations per token and block), every other MatMul MatMulInteger; a pattern matching nothing is one line."""
     optimized = stages[WINDOWED]["optimized"]
     out = tmp_path / "int8"
-    assert quantize_cli.main(["int8", str(optimized), str(out), *SHIPPED["int8"], "--nbits-for", "down_proj"]) == 0
+    assert quantize_cli.main(["int8", str(optimized), str(out), "--shipped", "--nbits-for", "down_proj"]) == 0
     report = _report(out)
     depth = load_config(WINDOWED).vision["depth"]
     assert report["mixed_precision"]["nbits_by_bits"] == {"8": depth}

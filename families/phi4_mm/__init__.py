@@ -14,6 +14,7 @@ import numpy as np
 
 from families.base import Family, Inputs, Metadata, Processing, Release
 from families.phi4_mm import crops, layouts, processing, release, spec
+from families.shipping import Shipping, int4_flags
 
 METADATA_KEYS = ("family", "export_image_sizes", "export_num_crops", "export_num_tokens", "crop_size",
                  "patch_size", "feature_layer", "out_hidden_size", spec.METADATA_HEADS, spec.METADATA_WIDTH)
@@ -73,4 +74,19 @@ FAMILY = Family(
     release=Release(release.write_config, release.write_processor, release.ACCEPTS, release.USAGE),
     processing=Processing(processing.processor, processing.image_inputs, processing.processor,
                           processing.embed_pack, processing.max_pixels),
+    # Published dims (AMD EPYC with AVX-512 VNNI, sweep of 2026-11-25 16:16-16:37, docs/quantization.md): 72 of its
+    # 158 MatMuls (after its fused attention is unfused) at 8 bits reach 0.96650 and 120 reach 0.97821, under the 0.98
+    # floor; 144 reach 0.99626 (stress 0.99821): the only INT4 point meeting every floor. Re-timed 19:40-19:46
+    # (bench/results/sweep-phi-4-mm.md): 1.67x fp32, 25.9% of its bytes (the INT8 variant, 2.39x and 25.5%, is as
+    # small). Its tiny model reaches the OpenVINO INT8 outlier-stress gate only with SmoothQuant (0.93 without, 1.0
+    # with alpha 0.5). The sweep's cases: one crop, three images of 2, 3 and 5 crops, padded patch rows and columns
+    # (4 of 9; its export example is 250x600 + 448x448, both covered; the 13-crop 1344x1792 layout is left to `make
+    # export`).
+    shipping=Shipping(
+        tiny_config="phi-4-mm-tiny", int4_matmuls=(72, 120, 144),
+        flags={"int4": int4_flags(144), "ov-int8": ("--smooth-alpha", "0.5")},
+        sweep_cases=("one crop 448x448", "three images 2, 3, 5 crops", "padded patch rows 250x600",
+                     "padded patch columns 600x250"),
+        genai="the genai package is made for the Qwen generations genai runs (qwen2.5-vl, qwen3-vl, qwen3.5); "
+              "onnxruntime-genai's phi4mm pipeline: see docs/genai.md"),
 )

@@ -91,6 +91,7 @@ def make_family(generation: Generation) -> Family:
                         release.USAGE),
         processing=Processing(processing.processor, processing.image_inputs, processing.load_processor,
                               processing.embed_packer(generation), processing.max_pixels),
+        shipping=generation.shipping,
     )
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from families.shipping import GenaiType, Shipping, int4_flags
+
 #: OpenAI CLIP's normalisation, Qwen2-VL's and Qwen2.5-VL's image_mean / image_std.
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -25,7 +27,8 @@ CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 class Generation:
     """One Qwen vision generation as the torch-free stages see it.
 
-    `family`: registry key (`qwen2.5-vl`); `model_type`: the checkpoint's config.json `model_type`
+    `family`: registry key (`qwen2.5-vl`); `shipping`: what the pipeline ships of it and how it is tested
+    (`families.shipping.Shipping`: tiny config, quantize flags, sweep points, genai type); `model_type`: the checkpoint's config.json `model_type`
     (`qwen2_5_vl`), the one a package's config.json names so that transformers.js picks its class;
     `processor`: the published preprocessor_config.json settings (Qwen2VLImageProcessor keys);
     `deepstack`: DeepStack outputs after image_features; `windows`: window attention (Qwen2.5-VL);
@@ -37,6 +40,7 @@ class Generation:
     family: str
     title: str
     model_type: str
+    shipping: Shipping
     processor: dict = field(default_factory=dict)
     deepstack: bool = False
     windows: bool = False
@@ -83,12 +87,43 @@ _QWEN2 = _settings(14, 3136, 12845056, CLIP_MEAN, CLIP_STD)
 # Qwen3-VL's processor (its published preprocessor_config.json could not be checked here: Qwen3-VL's is used).
 _QWEN3 = _settings(16, 65536, 16777216, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5])
 
-QWEN2_VL = Generation("qwen2-vl", "Qwen2-VL vision encoder", "qwen2_vl", _QWEN2, out_hidden_key="hidden_size",
-                      width_key="embed_dim", video_budget="frame")
-QWEN2_5_VL = Generation("qwen2.5-vl", "Qwen2.5-VL vision encoder", "qwen2_5_vl", _QWEN2, windows=True,
-                        video_budget="frame")
-QWEN3_VL = Generation("qwen3-vl", "Qwen3-VL vision encoder", "qwen3_vl", _QWEN3, deepstack=True)
-QWEN3_5 = Generation("qwen3.5", "Qwen3.5 vision encoder", "qwen3_5", _QWEN3)
+#: The sweep measures each point at these validation cases (of the generation's layouts; the shipped stages of `make
+#: export` check every layout): the key size, a mixed-size pack, a video, a mixed image + video pack and the export
+#: example (5 of 14; Qwen2.5-VL: of 16). Bounds the sweep's cost, one stage per point at 2B dims.
+_SWEEP_CASES = ("image 448x448", "pack 448x448 + 336x336", "video t=2 256x256", "pack image + video t=2 + image",
+                "export example")
+#: onnxruntime-genai 0.18's Qwen types; it has no qwen2_vl type.
+_GENAI_QWEN3 = GenaiType("qwen3_vl", "qwen3_vl_image_processor", {"qwen3_vl": 1})
+
+# INT4 sweep points (`int4_matmuls`): the same shares of each tower's MatMuls as Qwen3-VL's 24/48/72/96 of 104
+# (Qwen2-VL-2B 130, Qwen2.5-VL-3B 162, Qwen3.5 110).
+QWEN2_VL = Generation(
+    family="qwen2-vl", title="Qwen2-VL vision encoder", model_type="qwen2_vl", processor=_QWEN2,
+    out_hidden_key="hidden_size", width_key="embed_dim", video_budget="frame",
+    shipping=Shipping(tiny_config="qwen2-vl-tiny", int4_matmuls=(30, 60, 90, 120), sweep_cases=_SWEEP_CASES,
+                      genai="onnxruntime-genai 0.18 has no qwen2_vl model type (its Qwen pipelines: qwen2_5_vl, "
+                            "qwen3_vl, qwen3_5): it cannot run a Qwen2-VL package"))
+# Qwen2.5-VL-3B at published dims (Intel Xeon with AMX, sweep of 2026-11-26 05:31-05:53,
+# bench/results/sweep-qwen2.5-vl-3b.md; docs/quantization.md): with 72 of its 162 MatMuls at 8 bits INT4 reaches
+# 0.92743 and with 112 0.95570; 150 reach 0.98984 (stress 0.99386, 25.2% of fp32, 1.29x: the speed floor is missed).
+# Its INT8 keeps the default flags (4.57x, 0.98463: the 0.998 floor is missed; the only INT8 point reaching it,
+# nbits, is slower than fp32 on that CPU). Its sweep adds dynamic INT8 with the down projections (and the attention
+# projections) by MatMulNBits.
+QWEN2_5_VL = Generation(
+    family="qwen2.5-vl", title="Qwen2.5-VL vision encoder", model_type="qwen2_5_vl", processor=_QWEN2, windows=True,
+    video_budget="frame",
+    shipping=Shipping(tiny_config="qwen2.5-vl-tiny", int4_matmuls=(37, 75, 112, 150), sweep_cases=_SWEEP_CASES,
+                      flags={"int4": int4_flags(150)}, int8_nbits_for=("down_proj", r"down_proj|attn\.proj"),
+                      genai=GenaiType("qwen2_5_vl", "qwen2_5_image_processor", {"qwen2_5_vl": 1})))
+QWEN3_VL = Generation(
+    family="qwen3-vl", title="Qwen3-VL vision encoder", model_type="qwen3_vl", processor=_QWEN3, deepstack=True,
+    shipping=Shipping(tiny_config="qwen3-vl-tiny", int4_matmuls=(24, 48, 72, 96), sweep_cases=_SWEEP_CASES,
+                      genai=_GENAI_QWEN3))
+# Qwen3.5's genai type reads Qwen3-VL's processor.
+QWEN3_5 = Generation(
+    family="qwen3.5", title="Qwen3.5 vision encoder", model_type="qwen3_5", processor=_QWEN3,
+    shipping=Shipping(tiny_config="qwen3.5-tiny", int4_matmuls=(25, 51, 76, 101), sweep_cases=_SWEEP_CASES,
+                      genai=GenaiType("qwen3_5", "qwen3_vl_image_processor", {"qwen3_vl": 1})))
 
 GENERATIONS: dict[str, Generation] = {g.family: g for g in (QWEN2_VL, QWEN2_5_VL, QWEN3_VL, QWEN3_5)}
 #: checkpoint config.json model_type -> family name (Phi-4-multimodal's is added by the registry).
