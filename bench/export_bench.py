@@ -5,8 +5,8 @@ Stages, each in its own fresh process so that its peak RSS is its own (`os.wait4
   export-dynamo       python -m builders.vision --dynamo --out WORK/export-dynamo
   surgery             python -m surgery stage WORK/export WORK/surgery  (the family's checks, as in `make export`)
   optimize            python -m quantize optimize WORK/surgery WORK/optimized
-  int8                python -m quantize int8 WORK/optimized WORK/int8 INT8_FLAGS
-  int4                python -m quantize int4 WORK/optimized WORK/int4 INT4_FLAGS
+  int8                python -m quantize int8 WORK/optimized WORK/int8 FLAGS (the family's shipped ones, or --int8-flags)
+  int4                python -m quantize int4 WORK/optimized WORK/int4 FLAGS (the family's shipped ones, or --int4-flags)
 Without export-torchscript in --stages, the stages given run again on the folders of an earlier run
 (--work) and replace only their own rows of its results. Each peak is also given as a multiple of the
 fp32 model's size (model.onnx + model.onnx.data of the export) against the target of at most 4x. Results: RESULTS/export.json and export.md (Qwen3-VL 2B;

@@ -24,6 +24,14 @@ def test_tiny_config_exists_and_is_of_the_family(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_every_family_has_its_torch_side(name):
+    """The builder the declaration names exists (a Qwen generation: its TorchGeneration entry)."""
+    from builders.family import load
+
+    assert callable(load(FAMILIES[name].builder).build)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_shipped_flags_are_ones_the_quantize_stages_take(name):
     """Each stage's flags parse with the stage's own parser and options class (its checks run in __post_init__)."""
     declared = FAMILIES[name].shipping
