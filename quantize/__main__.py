@@ -16,7 +16,7 @@ from core import onnx_io
 from core.errors import Parser, main_wrapper
 from families import of_model
 from quantize import fp16, int4, int8, optimize, ov_int8, q4f16, qnn
-from quantize.options import StageRun, WeightChecks
+from quantize.options import StageRun, WeightChecks, add_floor_argument
 
 #: The options object of each stage command that has one (bench.shipped resolves the shipped flags through them).
 OPTIONS = {"int8": int8.Int8Options, "int4": int4.Int4Options, "fp16": fp16.Fp16Options, "q4f16": fp16.Fp16Options,
@@ -34,8 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ov_int8_cmd = commands.add_parser("ov-int8", help="INT8 for OpenVINO (NNCF: weights and activations; OpenVINO IR)")
     ov_int8.OvInt8Options.add_arguments(ov_int8_cmd)
     qnn_cmd = commands.add_parser("qnn", help="A16W8 QDQ of a static export for Qualcomm's HTP (docs/npu.md)")
-    qnn_cmd.add_argument("--min-cosine", type=float, default=qnn.DEFAULT_MIN_COSINE, metavar="COS",
-                         help="min per-token cosine against fp32 on photos (default %(default)s)")
+    add_floor_argument(qnn_cmd, qnn.DEFAULT_MIN_COSINE, "min per-token cosine against fp32 on photos")
     for sub in (opt, int8_cmd, int4_cmd, fp16_cmd, q4f16_cmd, qnn_cmd, ov_int8_cmd):
         sub.add_argument("input", type=Path, metavar="IN", help="model.onnx or a stage folder")
         sub.add_argument("out", type=Path, metavar="OUT", help="output stage folder")
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None, hooks: StageRun | None = None) -> int:
         elif args.command == "q4f16":
             q4f16.run(args.input, args.out, args.int4, fp16.Fp16Options.from_args(args), context)
         elif args.command == "ov-int8":
-            ov_int8.run(args.input, args.out, ov_int8.OvInt8Options.from_args(args), args.force)
+            ov_int8.run(args.input, args.out, ov_int8.OvInt8Options.from_args(args), context)
         else:
             qnn.run(args.input, args.out, context, args.min_cosine)
         return 0

@@ -36,7 +36,14 @@ from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
 from quantize import fp16_emulation, fp16_plan, outlier_check, quantizers, stage, weight_stage
-from quantize.options import StageRun, check_floor, check_stress, excluded
+from quantize.options import (
+    StageRun,
+    add_floor_argument,
+    add_stress_arguments,
+    check_floor,
+    check_stress,
+    excluded,
+)
 from quantize.passes import elem_types, float16, unfuse_attention
 
 STAGE = "fp16"
@@ -59,10 +66,11 @@ def _checked(model_file: Path, layouts: list[dict], inputs: list[dict], referenc
             "cases": cases}
 
 
-def _both(fp16_file: Path, emulated: Path, source: stage.StageInput, reference: list, threads: int,
-          timings: dict, what: str) -> tuple[dict, dict]:
+def _both(fp16_file: Path, emulated: Path, source: stage.StageInput, reference: list, context: StageRun,
+          what: str) -> tuple[dict, dict]:
     """(emulated float16 storage, CPU EP as written) of `fp16_file` at every layout against `reference`;
     the emulation is written to `emulated`."""
+    threads, timings = context.threads, context.timings
     with step(f"{what}: emulated float16 vs fp32 at the {len(source.layouts)} layouts", timings):
         fp16_emulation.emulate(fp16_file, emulated)
         emulation = _checked(emulated, source.layouts, source.inputs, reference, threads, False, EMULATION_HOW)
@@ -104,18 +112,16 @@ class Fp16Options:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser, min_cosine: float = DEFAULT_MIN_COSINE) -> None:
         """The options, `min_cosine` the stage's default floor."""
-        parser.add_argument("--min-cosine", type=float, default=min_cosine, metavar="COS",
-                            help="refuse (exit 2, nothing written) when the min per-token cosine against fp32, over "
-                                 "the validation layouts, emulated and on the CPU EP, of the model and of its "
-                                 f"outlier-stress copy, is below COS (default {min_cosine}; 0: no floor)")
+        add_floor_argument(parser, min_cosine, "refuse (exit 2, nothing written) when the min per-token cosine "
+                           "against fp32, over the validation layouts, emulated and on the CPU EP, of the model and of "
+                           "its outlier-stress copy, is below COS")
         parser.add_argument("--headroom", type=float, default=fp16_plan.DEFAULT_HEADROOM, metavar="H",
                             help="keep float32 every node whose tensors reach max |x| > 65504 / H at the calibration "
                                  f"layouts (default {fp16_plan.DEFAULT_HEADROOM:g})")
         parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                             help="keep float32 the nodes whose name matches this regex (repeatable)")
-        parser.add_argument("--outliers", default="exclude", choices=outlier_check.MODES,
-                            help="outlier-stress copy: exclude = its magnitudes keep nodes float32 too and its "
-                                 "checks are gated (default), report = measured only, off")
+        add_stress_arguments(parser, "exclude", "its magnitudes keep nodes float32 too and its checks are gated",
+                             target=False)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Fp16Options:
@@ -134,9 +140,10 @@ def _stress_copy(fp32_file: Path, timings: dict) -> tuple[Path, dict]:
 
 
 def _measure(source: stage.StageInput, fp32_file: Path, stressed: Path | None, data_input: str, feeds: list[dict],
-             threads: int, timings: dict) -> dict[str, dict[str, float]]:
+             context: StageRun) -> dict[str, dict[str, float]]:
     """{"model": peaks[, "outlier-stress copy": peaks]}: max |x| of every candidate's tensors at `feeds`."""
-    with step("max |x| of every float16 candidate's tensors at the calibration layouts", timings):
+    threads = context.threads
+    with step("max |x| of every float16 candidate's tensors at the calibration layouts", context.timings):
         model = source.model
         names = fp16_plan.tap_names(model, fp16_plan.candidates(model, fp16_plan.data_path(model, data_input)))
         source.model = None  # one copy of the weights in memory at a time: the rest reads the files
@@ -148,18 +155,18 @@ def _measure(source: stage.StageInput, fp32_file: Path, stressed: Path | None, d
 
 
 def _stress_check(stressed: Path, base: Path, record: dict, plan: fp16_plan.Plan, source: stage.StageInput,
-                  settings: dict, outliers: str, threads: int, timings: dict) -> dict:
+                  settings: dict, outliers: str, context: StageRun) -> dict:
     """The stress copy `base` (`stressed` itself, or its quantized weights) converted with the same plan
     (`settings`: `_convert`'s), against `stressed`'s fp32 outputs at every layout, emulated and on the CPU EP: the
     report's `outlier_stress`."""
-    with step("outlier stress: fp32 outputs at every layout", timings):
-        reference = metrics.run_all(open_session(stressed, threads), source.inputs)
+    with step("outlier stress: fp32 outputs at every layout", context.timings):
+        reference = metrics.run_all(open_session(stressed, context.threads), source.inputs)
     converted = stressed.with_name("stressed-fp16.onnx")
     same, _ = _convert(base, converted, **settings)
     if set(same.kept) != set(plan.kept):
         raise RuntimeError("the plan differs between the model and its outlier-stress copy")
     emulated, on_cpu = _both(converted, stressed.with_name("stressed-fp16-emulated.onnx"), source, reference,
-                             threads, timings, "outlier stress")
+                             context, "outlier stress")
     return {
         "how": ("the outlier-stress copy (quantize/outliers.py, writers 'embedding': residual channels written once "
                 "by the patch embedding and biases, as in trained ViTs) converted with the same plan, compared with "
@@ -187,12 +194,12 @@ def _precision(plan: fp16_plan.Plan, done: float16.Converted, measured: dict, he
 
 
 def _weights(recipe: weight_stage.Recipe, fp32_file: Path, stressed: Path | None, source: stage.StageInput,
-             probe: list[int], threads: int, timings: dict) -> tuple[Path, Path | None]:
+             probe: list[int], context: StageRun) -> tuple[Path, Path | None]:
     """`recipe`'s quantized weights of the fp32 model and of its stress copy (files beside them); the quantized
     model, types inferred, replaces `source.model` (the plan reads it)."""
-    quantize = recipe.quantizer([source.inputs[i] for i in probe], threads)
+    quantize = recipe.quantizer([source.inputs[i] for i in probe], context.threads)
     source.model = None  # one copy of the weights in memory at a time: the quantizer reads the file
-    with step(f"weights: the {recipe.stage} recipe of {recipe.source}", timings):
+    with step(f"weights: the {recipe.stage} recipe of {recipe.source}", context.timings):
         base = fp32_file.with_name("weights.onnx")
         quantize(fp32_file, base, recipe.skip)
         source.model = onnx_io.load(base)
@@ -237,9 +244,8 @@ def run(path: str | Path, out: str | Path, options: Fp16Options, context: StageR
         stressed, record = _stress_copy(fp32_file, timings) if outliers != "off" else (None, None)
         base, stressed_base = fp32_file, stressed
         if weights is not None:
-            base, stressed_base = _weights(weights, fp32_file, stressed, source, probe, threads, timings)
-        measured = _measure(source, base, stressed_base, data_input, [source.inputs[i] for i in probe], threads,
-                            timings)
+            base, stressed_base = _weights(weights, fp32_file, stressed, source, probe, context)
+        measured = _measure(source, base, stressed_base, data_input, [source.inputs[i] for i in probe], context)
         if outliers == "report":
             measured.pop("outlier-stress copy")
         settings = {"data_input": data_input, "measured": measured, "headroom": options.headroom,
@@ -249,12 +255,12 @@ def run(path: str | Path, out: str | Path, options: Fp16Options, context: StageR
             with step("convert to float16 (plan + pass)", timings):
                 plan, done = _convert(base, model_file, **settings)
             validation, on_cpu = _both(model_file, fp32_file.with_name("fp16-emulated.onnx"), source,
-                                       source.reference, threads, timings, "model")
+                                       source.reference, context, "model")
             runs = {"emulated float16": validation, "CPU EP": on_cpu}
             stress = None
             if stressed is not None:
-                stress = _stress_check(stressed, stressed_base, record, plan, source, settings, outliers, threads,
-                                       timings)
+                stress = _stress_check(stressed, stressed_base, record, plan, source, settings, outliers,
+                                       context)
                 runs.update({"outlier stress, emulated float16": stress["validation"],
                              "outlier stress, CPU EP": stress["cpu_execution_provider"]})
             gated = {k: v for k, v in runs.items() if outliers != "report" or not k.startswith("outlier")}

@@ -45,6 +45,24 @@ def check_stress(outliers: str, stress_target: float | None = None) -> None:
         raise UsageError(f"--stress-target must be in (0, 1], got {stress_target}")
 
 
+def add_floor_argument(parser: argparse.ArgumentParser, default: float, what: str) -> None:
+    """`--min-cosine COS`, the floor of any stage: `what` the stage does below it, `default` its default (0: none)."""
+    parser.add_argument("--min-cosine", type=float, default=default, metavar="COS",
+                        help=f"{what} (default {default:g}{'' if default else ': no floor'})")
+
+
+def add_stress_arguments(parser: argparse.ArgumentParser, default: str, exclude_means: str, target: bool = True) -> None:
+    """`--outliers MODE` (outlier_check.MODES, `default` the stage's; `exclude_means` what exclude does in this
+    stage) and, with `target`, `--stress-target COS`, the cosine the stress copy must reach with exclude."""
+    parser.add_argument("--outliers", default=default, choices=outlier_check.MODES,
+                        help=f"outlier-stress check (outliers written once by the patch embedding, as in trained "
+                             f"ViTs): exclude = {exclude_means}, report = measure only, off (default {default})")
+    if target:
+        parser.add_argument("--stress-target", type=float, default=outlier_check.DEFAULT_TARGET, metavar="COS",
+                            help="min per-token cosine the outlier-stress copy must reach with --outliers exclude "
+                                 f"(default {outlier_check.DEFAULT_TARGET})")
+
+
 @dataclass(frozen=True)
 class StageRun:
     """`threads`: ORT intra-op threads of the stage's checks (0: all cores); `force`: replace an OUT another stage
@@ -107,20 +125,13 @@ class WeightChecks:
         """The options, `outliers` the stage's default mode."""
         parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                             help="keep fp32 the MatMuls whose node or weight name matches this regex (repeatable)")
-        parser.add_argument("--outliers", default=outliers, choices=outlier_check.MODES,
-                            help="outlier-stress check: exclude = keep fp32 the MatMuls it shows must stay fp32, "
-                                 f"report = measure only, off (default {outliers})")
-        parser.add_argument("--stress-target", type=float, default=outlier_check.DEFAULT_TARGET, metavar="COS",
-                            help="min per-token cosine the outlier-stress copy (outliers written once by the patch "
-                                 "embedding, as in trained ViTs) must reach with --outliers exclude "
-                                 f"(default {outlier_check.DEFAULT_TARGET})")
+        add_stress_arguments(parser, outliers, "keep fp32 the MatMuls it shows must stay fp32")
         parser.add_argument("--worst-case-budget", type=float, default=outlier_check.DEFAULT_WORST_CASE_BUDGET,
                             metavar="S", help="also measure the worst-case outlier-stress figure (every writer of the "
                             "stream scaled; a figure, never a gate) for up to S seconds after its first layout "
                             "(default: not measured; `python -m bench.sweep` measures it for every point)")
-        parser.add_argument("--min-cosine", type=float, default=0.0, metavar="COS",
-                            help="refuse (exit 2, nothing written) when the min per-token cosine against fp32 over "
-                                 "the validation layouts is below COS (default 0: no floor)")
+        add_floor_argument(parser, 0.0, "refuse (exit 2, nothing written) when the min per-token cosine against fp32 "
+                                        "over the validation layouts is below COS")
         parser.add_argument("--outlier-ratio", type=float, default=outlier_channels.DEFAULT_RATIO, metavar="R",
                             help="split off into fp32 the MatMul input channels whose max |x| exceeds R x the median "
                                  f"channel's (LLM.int8()-style; 0: off; default {outlier_channels.DEFAULT_RATIO:g})")

@@ -229,13 +229,16 @@ class Stressed:
     reference: list[list[np.ndarray]]
 
 
-def prepare(fp32_file: Path, dst: Path, layouts: list[dict], inputs: list[dict], threads: int,
-            timings: dict) -> Stressed:
-    """Write the gate copy of `fp32_file` to `dst` and run it at the gate layouts (the check's reference)."""
-    with step("outlier stress: outliers written once (patch embedding + biases) in a copy of the input", timings):
+def prepare(fp32_file: Path, dst: Path, source: stage.StageInput, context) -> Stressed:
+    """Write the gate copy of `fp32_file` to `dst` and run it at the gate layouts of `source` (the check's
+    reference); `context` (`quantize.options.StageRun`): threads and step timings."""
+    layouts, inputs = source.layouts, source.inputs
+    with step("outlier stress: outliers written once (patch embedding + biases) in a copy of the input",
+              context.timings):
         record = make_stressed(fp32_file, dst, GATE_WRITERS)
-    with step("outlier stress: fp32 outputs at the gate layouts", timings):
-        reference = metrics.run_all(open_session(dst, threads), [inputs[i] for i in gate_indices(layouts, inputs)])
+    with step("outlier stress: fp32 outputs at the gate layouts", context.timings):
+        reference = metrics.run_all(open_session(dst, context.threads),
+                                    [inputs[i] for i in gate_indices(layouts, inputs)])
     return Stressed(dst, record, reference)
 
 
@@ -246,14 +249,16 @@ def prepare_worst_case(fp32_file: Path, dst: Path, timings: dict) -> Stressed:
     return Stressed(dst, record, [])
 
 
-def worst_case(copy: Stressed, quantize: Quantizer, skip: list[str], layouts: list[dict], inputs: list[dict],
-               threads: int, timings: dict, budget: float = SWEEP_WORST_CASE_BUDGET) -> dict:
-    """The worst-case figure: `copy` quantized with the stage's final exclusions `skip`, against its fp32 self.
+def worst_case(copy: Stressed, quantize: Quantizer, skip: list[str], source: stage.StageInput, context,
+               budget: float = SWEEP_WORST_CASE_BUDGET) -> dict:
+    """The worst-case figure: `copy` quantized with the stage's final exclusions `skip`, against its fp32 self, at
+    the probe layouts of `source`; `context` (`quantize.options.StageRun`): threads and step timings.
 
     Measured at the probe layouts, one after the other, until `budget` seconds have passed (the first layout
     is always measured): a figure with a bounded cost, not a search. The fp32 outputs are kept in `copy` for
     the next stage of the same run."""
     start = time.perf_counter()
+    layouts, inputs, threads, timings = source.layouts, source.inputs, context.threads, context.timings
     probe = probe_indices(layouts)
     cases = []
     with tempfile.TemporaryDirectory(prefix="outlier-worst-", dir=copy.path.parent) as tmp, \

@@ -50,7 +50,14 @@ from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.staging import check_folder_output, staged_folder
 from quantize import calibration, outlier_check, stage
-from quantize.options import check_floor, check_stress, excluded
+from quantize.options import (
+    StageRun,
+    add_floor_argument,
+    add_stress_arguments,
+    check_floor,
+    check_stress,
+    excluded,
+)
 
 STAGE = "ov-int8"
 #: The floor the variant ships under: the INT8 variant's (bench.sweep.FLOORS, core.engine.BF16_FLOOR).
@@ -80,7 +87,6 @@ class OvInt8Options:
     stress_target: float = outlier_check.DEFAULT_TARGET
     exclude: tuple[str, ...] = ()
     precision: str | None = None
-    threads: int = 0
 
     def __post_init__(self):
         check_floor(self.min_cosine)
@@ -90,25 +96,17 @@ class OvInt8Options:
         if self.precision is not None and self.precision not in openvino_session.PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(openvino_session.PRECISIONS)}, "
                              f"got {self.precision!r}")
-        if self.threads < 0:
-            raise UsageError(f"--threads must be >= 0, got {self.threads}")
         excluded([], list(self.exclude))  # a bad pattern is refused before any work
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         """The stage's options (IN, OUT, --threads and --force are the command's)."""
-        parser.add_argument("--min-cosine", type=float, default=DEFAULT_MIN_COSINE, metavar="COS",
-                            help="the floor: min per-token cosine against fp32 at every validation layout; the most "
-                                 "sensitive MatMuls stay float until it is reached, else exit 2 and nothing written "
-                                 f"(default {DEFAULT_MIN_COSINE})")
+        add_floor_argument(parser, DEFAULT_MIN_COSINE, "the floor: min per-token cosine against fp32 at every "
+                           "validation layout; the most sensitive MatMuls stay float until it is reached, else exit 2 "
+                           "and nothing written")
         parser.add_argument("--smooth-alpha", type=float, metavar="A",
                             help="SmoothQuant before quantizing, with this alpha for the MatMuls (default: off)")
-        parser.add_argument("--outliers", default="exclude", choices=outlier_check.MODES,
-                            help="outlier-stress gate: exclude = keep float the MatMuls it shows must stay float "
-                                 "(default), report = measure only, off")
-        parser.add_argument("--stress-target", type=float, default=outlier_check.DEFAULT_TARGET, metavar="COS",
-                            help="min per-token cosine the outlier-stress copy must reach with --outliers exclude "
-                                 f"(default {outlier_check.DEFAULT_TARGET})")
+        add_stress_arguments(parser, "exclude", "keep float the MatMuls it shows must stay float")
         parser.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
                             help="keep float the MatMuls whose name matches this regex (repeatable)")
         parser.add_argument("--precision", choices=openvino_session.PRECISIONS,
@@ -118,7 +116,7 @@ class OvInt8Options:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> OvInt8Options:
         return cls(args.min_cosine, args.smooth_alpha, args.outliers, args.stress_target, tuple(args.exclude),
-                   args.precision, args.threads)
+                   args.precision)
 
 
 def _nncf():
@@ -443,13 +441,15 @@ def search(work: Work, base: list[str], target: float, timings: dict, what: str,
     return kept, best["checked"], record
 
 
-def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Options(), force: bool = False) -> dict:
-    """`python -m quantize ov-int8`: IN -> OUT/model.xml + model.bin + report.json; returns the report."""
+def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Options(),
+        context: StageRun | None = None) -> dict:
+    """`python -m quantize ov-int8`: IN -> OUT/model.xml + model.bin + report.json; returns the report. `context`:
+    threads, --force and the step timings (default: all cores, no --force)."""
+    context = context or StageRun()
+    force, timings, threads = context.force, context.timings, context.threads
     _nncf()
     check_folder_output(out, STAGE, [path], force)
-    timings: dict[str, float] = {}
     out = Path(out)
-    threads = options.threads
     precision = options.precision or _default_precision()
     with step("load the input and run it at the validation layouts (ONNX Runtime fp32)", timings):
         source = stage.read_input(path, threads)
@@ -474,7 +474,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
         quantize = Quantizer(fp32, feeds(), options, attention)
         stress, stress_skip = None, []
         if options.outliers != "off":
-            stress, stress_skip = _stress(source, quantize, skip, options, work_dir, precision, timings)
+            stress, stress_skip = _stress(source, quantize, skip, options, work_dir, precision, context)
         real = Work("model", quantize, source.layouts, source.inputs, source.reference, work_dir, source.metadata,
                     precision, threads)
         floor_skip, final, floor = search(real, skip + stress_skip, options.min_cosine, timings, "floor")
@@ -540,15 +540,15 @@ def _op_counts(model) -> dict[str, int]:
 
 
 def _stress(source: stage.StageInput, quantize: Quantizer, skip: list[str], options: OvInt8Options, work_dir: Path,
-            precision: str, timings: dict) -> tuple[dict, list[str]]:
+            precision: str, context: StageRun) -> tuple[dict, list[str]]:
     """The outlier-stress gate (module docstring, 3): its report section and the MatMuls it keeps float."""
+    timings = context.timings
     gate = outlier_check.gate_indices(source.layouts, source.inputs)
-    stressed = outlier_check.prepare(source.path, work_dir / "stressed.onnx", source.layouts, source.inputs,
-                                     options.threads, timings)
+    stressed = outlier_check.prepare(source.path, work_dir / "stressed.onnx", source, context)
     stressed_quantize = Quantizer(read_fp32(stressed.path, _subfolder(work_dir, "stressed-ir")), quantize.feeds,
                                   options, quantize.always_float)
     work = Work("stressed", stressed_quantize, [source.layouts[i] for i in gate], [source.inputs[i] for i in gate],
-                stressed.reference, work_dir, source.metadata, precision, options.threads)
+                stressed.reference, work_dir, source.metadata, precision, context.threads)
     if options.outliers == "exclude":
         excluded, checked, record = search(work, skip, options.stress_target, timings, "outlier stress",
                                            "--stress-target")

@@ -96,7 +96,7 @@ def prepare(path: str | Path, context: StageRun, stress: bool, work_parent: Path
         say(f"reusing the reference outputs of {path} from the previous stage of this run")
     if stress and found.stressed is None:
         found.stressed = outlier_check.prepare(found.fp32_file, found.fp32_file.with_name("stressed.onnx"),
-                                               found.source.layouts, found.source.inputs, threads, timings)
+                                               found.source, context)
     if stress and worst and found.worst is None:
         found.worst = outlier_check.prepare_worst_case(found.fp32_file, found.fp32_file.with_name("worst.onnx"),
                                                        timings)
@@ -243,8 +243,8 @@ def stress_checks(prepared: Prepared, quantize: outlier_check.Quantizer, skip: l
         return None, [], None
     source = prepared.source
     stress = outlier_check.run(prepared.stressed, quantize, skip, source, checks, context)
-    worst_case = (outlier_check.worst_case(prepared.worst, quantize, skip + stress["excluded"], source.layouts,
-                                           source.inputs, context.threads, context.timings, checks.worst_case_budget)
+    worst_case = (outlier_check.worst_case(prepared.worst, quantize, skip + stress["excluded"], source, context,
+                                           checks.worst_case_budget)
                   if checks.worst_case_budget is not None else None)
     return stress, stress["excluded"], worst_case
 
