@@ -210,7 +210,7 @@ def render(summaries: dict[str, dict], timings: dict, memory: dict, facts: dict)
         row("export + validation wall time", lambda s, n: f"{s['export_s']} s"),
         row("export peak RSS", lambda s, n: f"{s['export_peak_mib']:,.0f} MiB"),
         row("peak RSS of optimize / int8 / int4", lambda s, n: " / ".join(
-            f"{s['stage_peak_mib'][k]:,.0f}" for k in ("optimized", "int8", "int4")) + " MiB"),
+            f"{s['stage_peak_mib'][k]:,.0f}" for k in ALWAYS) + " MiB"),
         row("parity vs eager (cases, worst max abs diff, min cosine)",
             lambda s, n: f"{s['export_cases']} cases {'passed' if s['export_passed'] else 'FAILED'}, "
                          f"{s['export_max_abs']:.2e}, {s['export_min_cosine']:.6f}"),

@@ -36,6 +36,7 @@ from core.machine import machine
 from core.session import open_session
 from families import of_model
 from families.shipping import Shipping
+from release.variants import QUANTIZED
 from runtime import smoke
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +118,7 @@ def shipped_points(root: Path, shipping: Shipping) -> list[dict]:
     """The int8 and int4 stages of `make export` in `root` as built points (labels say so; flags the family's
     shipped ones)."""
     found = []
-    for stage in ("int8", "int4"):
+    for stage in QUANTIZED:
         folder = stage_model(root.parent, root.name, stage).parent
         found.append({"label": f"{stage} shipped (make export)", "stage": stage, "flags": shipping.stage_flags(stage),
                       "folder": str(folder), "report": json.loads((folder / "report.json").read_text())})

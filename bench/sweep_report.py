@@ -6,6 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from core.machine import describe
+from release.variants import QUANTIZED
 
 COLORS = {"fp32": "tab:gray", "int8": "tab:blue", "int4": "tab:orange"}
 
@@ -61,7 +62,7 @@ def markdown(result: dict, png: str) -> str:
     if result.get("not_run"):
         lines += ["", f"Not run this time (`--only` / `--skip`): {', '.join(result['not_run'])}."]
     lines += ["", f"Choice: {best['rule']}.", ""]
-    for stage in ("int8", "int4"):
+    for stage in QUANTIZED:
         if stage not in best or stage not in floors:
             continue
         r = next(x for x in result["rows"] if x["label"] == best[stage])
