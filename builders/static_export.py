@@ -7,8 +7,11 @@ two seeds). The size is checked against the family's patch grid when the builder
 (`families.static_size`). After the exporter, constants are folded (onnxscript's optimizer, with size limits
 high enough for the position tables) and the graph must pass `core.static_graph.problems`, else the export fails.
 
-A family opts in with three functions on its builder: `static_grid(config, checkpoint, size)` (the example, or
-UsageError), `static_module(module, example)` (the module to trace) and `static_input_names` (inputs kept).
+A family opts in on its builder with `static_grid(config, checkpoint, size)` (the example, or UsageError),
+`static_module(module, example)` (the module to trace), `static_input_names` (inputs kept), `static_fixed(example)`
+(the inputs the graph no longer takes, {name: array}: the reference and the report's case facts add them back) and
+`static_metadata(example)` (what the model records of its one layout: Qwen's `static_grid_thw`, Phi-4's
+`static_image_sizes`).
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ class StaticBuilder:
                 for offset in CASE_SEEDS]
 
     def _whole(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {**inputs, "grid_thw": np.asarray(self.grid, dtype=np.int64)}
+        return {**inputs, **self.family.static_fixed(self.grid)}
 
     def reference(self, module):
         run = self.family.reference(module)
@@ -87,8 +90,7 @@ class StaticBuilder:
 
     def metadata(self, module, example) -> dict:
         return {**self.family.metadata(module, example), "ops": "standard", "static_size": self.size.name,
-                "static_grid_thw": json.dumps(np.asarray(example).tolist()),
-                "static_inputs": json.dumps(self.inputs)}
+                **self.family.static_metadata(example), "static_inputs": json.dumps(self.inputs)}
 
     def exporter(self, export_fn):
         """`export_fn` followed by constant folding and the static check (CheckFailed naming what is not static)."""

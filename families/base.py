@@ -88,6 +88,9 @@ class Family:
     Stages: `optimize_passes` (names of quantize.optimize.PASSES, in order) and `optimize_options(metadata)`
     (keyword options of the ORT transformer-optimizer pass); `surgery_checks` (what `python -m surgery
     stage` runs: "debake", "audit", "claims").
+    Shipping: `shipping` (`families.shipping.Shipping`: tiny config, quantize flags, sweep points, genai type).
+    Static models (`builders.vision --static`, metadata `static_size`): `static_feeds(rgb, metadata)` -> the inputs of
+    a static model for one RGB uint8 image [H, W, 3] of any size, resized to the model's one size.
     """
 
     name: str
@@ -108,3 +111,4 @@ class Family:
     release: Release
     processing: Processing
     shipping: Shipping
+    static_feeds: Callable[[np.ndarray, Metadata], Inputs]

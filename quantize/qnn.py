@@ -6,7 +6,7 @@ compiles static graphs only). OUT/model.onnx (+ report.json) is its QDQ form mad
 LayerNorm), then `get_qnn_qdq_config` with uint16 activations and int8 symmetric weights, per channel where
 QNN takes it (the helper keeps MatMul weights per tensor: QNN has no per-channel MatMul), and `quantize`.
 Activations are calibrated (MinMax) on real photos (scikit-image's, `quantize.calibration.photo`) resized to
-the model's size (`families.qwen_vl.static_inputs`): `CALIBRATION`. The check, on the CPU EP against IN's fp32:
+the model's size (the family's `static_feeds`): `CALIBRATION`. The check, on the CPU EP against IN's fp32:
 the photos `python -m runtime npu-check` runs (`runtime.npu.PHOTOS`, none of them calibration photos), whose
 min per-token cosine must reach `--min-cosine` (default 0.98, npu-check's QDQ floor; else exit 2, nothing
 written), and IN's validation layouts (random pixels, outside any photo's range: a figure, not a gate).
@@ -27,10 +27,10 @@ from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.session import open_session
 from core.staging import check_folder_output, staged_folder
-from families.qwen_vl import static_inputs
+from families import of_model
 from quantize import calibration, stage
 from quantize.options import StageRun, check_floor
-from quantize.passes import decompose_layer_norm
+from quantize.passes import decompose_layer_norm, unshare_initializers
 from runtime import npu
 
 STAGE = "qnn"
@@ -42,8 +42,9 @@ ACTIVATIONS, WEIGHTS = "QUInt16", "QInt8"
 
 
 def photo_feeds(names: tuple[str, ...], metadata: dict) -> list[dict[str, np.ndarray]]:
-    """{pixel_values} of each photo resized to the static model's size."""
-    return [{"pixel_values": static_inputs.pixels(calibration.photo(name), metadata)} for name in names]
+    """{pixel_values} of each photo resized to the static model's size (its family's `static_feeds`)."""
+    feeds = of_model(metadata, "IN").static_feeds
+    return [feeds(calibration.photo(name), metadata) for name in names]
 
 
 def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work: Path) -> None:
@@ -57,6 +58,7 @@ def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work:
     metadata = {p.key: p.value for p in model.metadata_props}
     del model.metadata_props[:]
     decompose_layer_norm.apply(model)  # the HTP refuses quantized LayerNormalization (the pass says how)
+    unshare_initializers.apply(model)  # a shared weight's DequantizeLinear would stand alone (the pass says why)
     plain, prepared = work / "plain.onnx", work / "prepared.onnx"
     onnx_io.save_proto(model, plain)
     del model
@@ -87,7 +89,7 @@ def run(path: str | Path, out: str | Path, context: StageRun, min_cosine: float 
     check_folder_output(out, STAGE, [path], context.force)
     threads, force = context.threads, context.force
     model_path = onnx_io.model_path(path)
-    if "static_grid_thw" not in onnx_io.metadata(model_path):  # before any work
+    if "static_size" not in onnx_io.metadata(model_path):  # before any work
         raise UsageError(f"{model_path} is not a static export: the QNN EP compiles static graphs only; export one "
                          "with python -m builders.vision --static WIDTHxHEIGHT")
     timings = context.timings

@@ -187,6 +187,10 @@ def read_static(build: str | Path, dynamic: Stage) -> list[StaticBucket]:
             raise UsageError(f"{folder} has no export stage; run make export STATIC={size.name}, or remove {folder}")
         export = present["export"]
         metadata = onnx_io.metadata(export.model)
+        if "static_grid_thw" not in metadata:  # the bucket records (runtime.buckets) hold a Qwen grid
+            raise UsageError(f"{folder}: a package ships the static buckets of the Qwen generations only; a "
+                             f"{metadata.get('family')} static model runs on its own (python -m runtime npu-check "
+                             f"{export.folder}); remove {folder} to package the rest")
         if metadata.get("static_size") != size.name:
             raise UsageError(f"{export.model} is the static export of {metadata.get('static_size') or 'no size'}, "
                              f"not of its folder's {size.name}; re-run make export STATIC={size.name}")

@@ -87,12 +87,11 @@ def embed(image_args: list[str], package: Path, variant: str | None, out: Path, 
                                  f"python -m runtime verify {package}")
             with step(f"open {relative} on the HTP (compiles the graph)", tag=TAG):
                 sess = npu.open_htp(model, htp, precision)
-            from families.qwen_vl import static_inputs
-
+            static_feeds = family(family_name).static_feeds
             for name, path, rgb, at in zip(names, image_paths, loaded, chosen):
                 if at != index:
                     continue
-                feeds = embed_mod.cast_feeds(sess, {"pixel_values": static_inputs.pixels(rgb, metadata)}, relative,
+                feeds = embed_mod.cast_feeds(sess, static_feeds(rgb, metadata), relative,
                                              family_name)
                 with step(f"run {name} ({rgb.shape[1]}x{rgb.shape[0]}) at {bucket.name} on the HTP", tag=TAG):
                     outputs = session.run(sess, feeds)

@@ -27,7 +27,7 @@ SEED = 0
 
 def _input_feeds(bucket: buckets.Bucket, record: dict, meta: dict[str, str], fail) -> dict[str, np.ndarray]:
     """{pixel_values} at the bucket's size (the only input of a static model)."""
-    from families.qwen_vl import static_inputs
+    from families import of_model
 
     dims = {i["name"]: i["dims"] for i in record["inputs"]}
     if list(dims) != ["pixel_values"] or not all(isinstance(d, int) for d in dims["pixel_values"]):
@@ -37,7 +37,7 @@ def _input_feeds(bucket: buckets.Bucket, record: dict, meta: dict[str, str], fai
     if bucket.frames:
         return {"pixel_values": rng.uniform(-1, 1, dims["pixel_values"]).astype(np.float32)}
     rgb = rng.integers(0, 256, (bucket.height, bucket.width, 3), dtype=np.uint8)
-    return {"pixel_values": static_inputs.pixels(rgb, meta)}
+    return of_model(meta, bucket.name).static_feeds(rgb, meta)
 
 
 def _check_file(manifest: dict, bucket: buckets.Bucket, record: dict, variant: dict, folder: Path, fail) -> dict:

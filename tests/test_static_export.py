@@ -108,7 +108,6 @@ def test_off_grid_size_refused_before_any_work(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--model", "phi-4-mm-tiny", "--static", "448x448"], "phi-4-mm has no static form"),
     (["--model", "qwen3-vl-tiny", "--static", "64x64", "--example-grid", "1,4,4"], "exclude each other"),
     (["--model", "qwen3-vl-tiny", "--static", "3x64x64"], "multiple of the temporal patch 2"),
     (["--model", "qwen3-vl-tiny", "--static", "64x64", "--dynamo", "--dynamic-shapes", "auto"], "exclude each other"),

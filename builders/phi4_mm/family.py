@@ -14,7 +14,10 @@ import torch
 from builders.config import ModelConfig
 from builders.onnx_export import IOSpec
 from builders.phi4_mm.model import ImageFeatures, build_from_checkpoint, build_random, reference_outputs
+from builders.phi4_mm.static_model import StaticImageFeatures, fixed_inputs
+from core.errors import UsageError
 from families.phi4_mm import FAMILY, crops, layouts, spec
+from families.static_size import StaticSize
 
 NAME = "phi-4-mm"
 INPUT_NAMES = list(spec.INPUT_NAMES)
@@ -86,8 +89,6 @@ def metadata(embed, images: list) -> dict:
 def example(config: ModelConfig, embed, items: list[str] | None) -> list:
     """The export example: image sizes [height, width] (`--example-grid` is Qwen3-VL's; refused here)."""
     if items:
-        from core.errors import UsageError
-
         raise UsageError("--example-grid is a Qwen3-VL option; the Phi-4-multimodal example is a fixed set of "
                          f"image sizes {EXAMPLE_IMAGES}")
     return [list(x) for x in EXAMPLE_IMAGES]
@@ -106,3 +107,30 @@ def trace_memory_bytes(embed, images: list) -> int:
 
 # What a report records of a case: the torch-free family's layout facts (later stages rebuild inputs from them).
 case_facts = FAMILY.case_layout
+
+
+# ---------------------------------------------------------------- the static form (`--static WxH`, docs/npu.md)
+#: A static model takes the pixels only; the layout's mask and sizes are its constants.
+static_input_names = ("pixel_values",)
+
+
+def static_grid(config: ModelConfig, checkpoint: str | None, size: StaticSize) -> list:
+    """The example of a static model: one image of WIDTHxHEIGHT pixels, [[height, width]]. Every size has a crop
+    layout (the processor resizes it to whole crops), so no size is off a grid; a video is refused."""
+    if size.frames:
+        raise UsageError(f"--static {size.name}: Phi-4-multimodal's image embedding takes no video; give WIDTHxHEIGHT")
+    return [[size.height, size.width]]
+
+
+def static_module(embed, images: list) -> torch.nn.Module:
+    return StaticImageFeatures(ImageFeatures(embed), images).eval()
+
+
+def static_fixed(images: list) -> dict[str, np.ndarray]:
+    return fixed_inputs(images)
+
+
+def static_metadata(images: list) -> dict[str, str]:
+    """The one image's size [[height, width]] and its crop count (global + HD)."""
+    return {"static_image_sizes": json.dumps([list(map(int, x)) for x in images]),
+            "static_num_crops": str(crops.layout(*map(int, images[0])).crops)}

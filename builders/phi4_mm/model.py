@@ -145,20 +145,29 @@ class ImageFeatures(torch.nn.Module):
 
     def forward(self, pixel_values: torch.Tensor, image_attention_mask: torch.Tensor,
                 image_sizes: torch.Tensor) -> torch.Tensor:
-        embed, vision = self.embed, self.embed.img_processor
-        pixels = pixel_values.flatten(0, 1)  # [B = I * C, 3, 448, 448]
+        return self.features(pixel_values.flatten(0, 1), *self.layout(image_attention_mask, image_sizes))
+
+    def layout(self, image_attention_mask: torch.Tensor, image_sizes: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """What the pack's crop layout decides: (patch positions int64 [B, S], attention bias float32 [B, 1, 1, S],
+        the HD merge's source rows int64 [T]) from image_attention_mask [I, C, 32, 32] and image_sizes [I, 2]
+        (B = I * C crops, S = 32 * 32 patches)."""
         mask = image_attention_mask.flatten(0, 1) != 0  # [B, 32, 32]
-        count = mask.shape[0]
+        positions = patch_position_ids(mask, self.boundaries, self.per_side)
+        bias = key_padding_bias(mask.reshape(mask.shape[0], -1), self.embed.sub_img_feature_extensor.dtype)
+        return positions, bias, token_sources(image_attention_mask, image_sizes, self.embed.crop_size, self.side)
+
+    def features(self, pixels: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
+                 rows: torch.Tensor) -> torch.Tensor:
+        """pixels [B, 3, 448, 448] and the layout's (positions, bias, rows) -> image_features [T, out_hidden]."""
+        embed, vision = self.embed, self.embed.img_processor
         hidden = vision.embeddings.patch_embedding(pixels).flatten(2).transpose(1, 2)  # [B, S, D]
-        hidden = hidden + vision.embeddings.position_embedding(patch_position_ids(mask, self.boundaries, self.per_side))
-        bias = key_padding_bias(mask.reshape(count, -1), hidden.dtype)  # [B, 1, 1, S]
+        hidden = hidden + vision.embeddings.position_embedding(positions)
         with bidirectional_attention():
             for layer in vision.encoder.layers[: self.depth]:
                 hidden = layer(hidden, bias)
         pooled = self.pool(hidden)  # [B * side * side, D]
         source = torch.cat([pooled, embed.sub_img_feature_extensor.reshape(1, -1),
                             embed.global_img_feature_extensor.reshape(1, -1)])
-        rows = token_sources(image_attention_mask, image_sizes, embed.crop_size, self.side)
         features = source[rows]  # [T, D]
         return embed.img_projection_down(torch.nn.functional.gelu(embed.img_projection_up(features)))
 

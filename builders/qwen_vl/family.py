@@ -107,6 +107,15 @@ class QwenBuilder:
     def static_module(self, visual, grid_thw: np.ndarray) -> torch.nn.Module:
         return StaticVisionEncoder(visual, self.generation, np.asarray(grid_thw).tolist()).eval()
 
+    @staticmethod
+    def static_fixed(grid_thw: np.ndarray) -> dict[str, np.ndarray]:
+        """What a static model no longer takes: its grid_thw int64 [1, 3]."""
+        return {"grid_thw": np.asarray(grid_thw, dtype=np.int64)}
+
+    @staticmethod
+    def static_metadata(grid_thw: np.ndarray) -> dict[str, str]:
+        return {"static_grid_thw": json.dumps(np.asarray(grid_thw).tolist())}
+
     def example_inputs(self, visual, grid_thw: np.ndarray, seed: int) -> dict[str, torch.Tensor]:
         """Random pixels for the example grid: {pixel_values [N, patch_dim], grid_thw [I, 3]} as torch tensors."""
         pixels, grid = layouts.random_pixels(grid_thw, patch_dim(visual), np.random.default_rng(seed))

@@ -13,7 +13,7 @@ import json
 import numpy as np
 
 from families.base import Family, Inputs, Metadata, Processing, Release
-from families.phi4_mm import crops, layouts, processing, release, spec
+from families.phi4_mm import crops, layouts, processing, release, spec, static_inputs
 from families.shipping import Shipping, int4_flags
 
 METADATA_KEYS = ("family", "export_image_sizes", "export_num_crops", "export_num_tokens", "crop_size",
@@ -89,4 +89,5 @@ FAMILY = Family(
                      "padded patch columns 600x250"),
         genai="the genai package is made for the Qwen generations genai runs (qwen2.5-vl, qwen3-vl, qwen3.5); "
               "onnxruntime-genai's phi4mm pipeline: see docs/genai.md"),
+    static_feeds=lambda rgb, metadata: {"pixel_values": static_inputs.pixels(rgb, metadata)},
 )

@@ -16,7 +16,7 @@ import json
 import numpy as np
 
 from families.base import Family, Inputs, Metadata, Processing, Release
-from families.qwen_vl import contract, generations, layouts, processing, release
+from families.qwen_vl import contract, generations, layouts, processing, release, static_inputs
 from families.qwen_vl.generations import GENERATIONS, Generation
 
 #: `window_patches`: the attention window's side in patches, written where the generation has windows.
@@ -92,6 +92,7 @@ def make_family(generation: Generation) -> Family:
         processing=Processing(processing.processor, processing.image_inputs, processing.load_processor,
                               processing.embed_packer(generation), processing.max_pixels),
         shipping=generation.shipping,
+        static_feeds=lambda rgb, metadata: {"pixel_values": static_inputs.pixels(rgb, metadata)},
     )
 
 
