@@ -86,3 +86,21 @@ def test_every_node_on_the_htp(static, tmp_path, capsys, stage):
     assert "every node on the HTP" in out
     (record,) = json.loads(report.read_text())["npu_check"]
     assert record["ok"] and record["finite"] and record["static_size"] == SIZE
+
+
+def test_a_package_refuses_a_phi4_static_bucket(static, tmp_path, capsys):
+    """The bucket records of a package hold a Qwen grid: `release package` of a Phi-4 build with a static folder is
+    one error line naming what to do, and nothing is written."""
+    import shutil
+
+    from builders import vision
+    from release import __main__ as release_cli
+
+    build, dist = tmp_path / "phi-4-mm-tiny", tmp_path / "dist"
+    assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(build / "export")]) == 0
+    shutil.copytree(static, build / f"static-{SIZE}" / "export")
+    capsys.readouterr()
+    assert release_cli.main(["package", str(build), "--dist", str(dist)]) == 2
+    line = single_error(capsys.readouterr().err)
+    assert "static buckets of the Qwen generations only" in line and "npu-check" in line
+    assert not dist.exists() or not any(dist.iterdir())
