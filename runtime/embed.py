@@ -176,7 +176,7 @@ def add_arguments(parser) -> None:
     engines.add_arguments(parser, also=("qnn",),
                           also_help=", or qnn: the package's static buckets on Qualcomm's NPU (QNN EP, the npu "
                                     "extra; --variant qdq by default, or fp16; docs/npu.md)")
-    npu.Htp.add_arguments(parser)
+    npu.Htp.add_arguments(parser, cache=True)
 
 
 FACTS = ("source", "grid_thw", "image_size", "num_crops", "bucket")

@@ -50,12 +50,15 @@ QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 
 @dataclass(frozen=True)
 class Htp:
-    """The HTP target: `soc_model` (QNN's SoC id, e.g. 60 = Snapdragon 8 Gen 3 class) and `htp_arch` (e.g. 73 = v73).
+    """The HTP target: `soc_model` (QNN's SoC id, e.g. 60 = Snapdragon 8 Gen 3 class) and `htp_arch` (e.g. 73 = v73);
+    `context_cache`: where `embed --engine qnn` keeps compiled graphs between runs (runtime/npu_context_cache.py;
+    None: compile every run).
 
     One object from the command line to the session (`add_arguments`, `from_args`, `provider_options`)."""
 
     soc_model: int = 60
     htp_arch: int = 73
+    context_cache: Path | None = None
 
     def __post_init__(self):
         for name in ("soc_model", "htp_arch"):
@@ -63,15 +66,24 @@ class Htp:
                 raise UsageError(f"--{name.replace('_', '-')} must be a positive QNN id, got {getattr(self, name)}")
 
     @staticmethod
-    def add_arguments(parser) -> None:
+    def add_arguments(parser, cache: bool = False) -> None:
+        """--soc-model and --htp-arch; with `cache`, --context-cache DIR and --no-context-cache too."""
         parser.add_argument("--soc-model", "--soc", type=int, default=Htp.soc_model, metavar="N",
                             help=f"QNN SoC id the HTP compiles for (default {Htp.soc_model})")
         parser.add_argument("--htp-arch", type=int, default=Htp.htp_arch, metavar="N",
                             help=f"HTP architecture (default {Htp.htp_arch}, v73)")
+        if cache:
+            from runtime.npu_context_cache import DEFAULT
+
+            parser.add_argument("--context-cache", type=Path, default=DEFAULT, metavar="DIR",
+                                help=f"--engine qnn: keep each bucket's compiled HTP graph in DIR and load it in later "
+                                     f"runs (default {DEFAULT})")
+            parser.add_argument("--no-context-cache", dest="context_cache", action="store_const", const=None,
+                                help="--engine qnn: compile every run, keep nothing")
 
     @classmethod
     def from_args(cls, args) -> Htp:
-        return cls(args.soc_model, args.htp_arch)
+        return cls(args.soc_model, args.htp_arch, getattr(args, "context_cache", None))
 
     def provider_options(self, precision: str) -> dict[str, str]:
         """The QNN EP's options: the HTP backend of the wheel, this SoC, fp16 precision unless QDQ."""
@@ -176,6 +188,19 @@ def refusal(log: str, error: BaseException, model_file: Path) -> str:
     why = static_graph.problems(onnx_io.read_proto(model_file), limit=1)
     return (f"{model_file}: {head}; CPU fallback is disabled, so nothing runs"
             + (f"; the graph is not static ({why[0]}): export it with --static WIDTHxHEIGHT" if why else ""))
+
+
+def open_compiled(model: Path, htp: Htp, precision: str) -> tuple[ort.InferenceSession, str]:
+    """(session, what happened): `model` on the HTP through `htp.context_cache` (runtime/npu_context_cache.py), or
+    compiled with nothing kept when there is none."""
+    if htp.context_cache is None:
+        return open_htp(model, htp, precision), "compiled"
+    from runtime import npu_context_cache as cache
+
+    options = {k: v for k, v in htp.provider_options(precision).items() if k != "backend_path"}
+    entry = cache.key(Path(model), options, precision, getattr(qnn_module(), "__version__", "?"))
+    return cache.open_cached(Path(model), htp.context_cache, entry,
+                             lambda path, context: open_htp(path, htp, precision, context))
 
 
 def open_htp(model: Path | str, htp: Htp, precision: str, context: Path | None = None) -> ort.InferenceSession:

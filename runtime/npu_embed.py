@@ -5,7 +5,8 @@ Each image goes to the bucket that fits it best (`runtime.buckets.choose`: the c
 closest pixel count, then the larger), is resized — not cropped — to exactly the bucket's width and height with the
 family's static preprocessing (families/qwen_vl/static_inputs.py, PIL bicubic, the processor's normalisation and
 patch order), and runs alone through that bucket's file on the QNN EP's HTP backend with CPU fallback disabled
-(`runtime.npu.open_htp`): the QDQ file by default (uint16 activations, int8 weights), `--variant fp16` the fp16
+(`runtime.npu.open_compiled`: compiled once, then loaded from the context cache, runtime/npu_context_cache.py):
+the QDQ file by default (uint16 activations, int8 weights), `--variant fp16` the fp16
 file, `--variant fp32` the fp32 file (both at HTP fp16 precision). One session per bucket used.
 
 FILE.npz has the layout of `runtime embed` (runtime/embed.py): `entries`, and per entry `ENTRY.source`,
@@ -85,8 +86,9 @@ def embed(image_args: list[str], package: Path, variant: str | None, out: Path, 
                 raise UsageError(f"{relative} is the static {metadata.get('family')} model of "
                                  f"{metadata.get('static_size')}, not the package's bucket {bucket.name}: run "
                                  f"python -m runtime verify {package}")
-            with step(f"open {relative} on the HTP (compiles the graph)", tag=TAG):
-                sess = npu.open_htp(model, htp, precision)
+            with step(f"open {relative} on the HTP", tag=TAG):
+                sess, how = npu.open_compiled(model, htp, precision)
+            say(f"{relative}: {how}", TAG)
             static_feeds = family(family_name).static_feeds
             for name, path, rgb, at in zip(names, image_paths, loaded, chosen):
                 if at != index:

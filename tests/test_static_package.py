@@ -260,11 +260,36 @@ def photo_files(tmp_path_factory) -> list[Path]:
     return paths
 
 
-def embed(args, capsys) -> tuple[int, str, str]:
+def embed(args, capsys, cache: Path | None = None) -> tuple[int, str, str]:
+    """`runtime embed ARGS`; --engine qnn keeps no compiled graph unless `cache` is given (never in the user's)."""
     capsys.readouterr()
-    code = runtime_cli.main(["embed", *map(str, args)])
+    keep = ["--context-cache", str(cache)] if cache else ["--no-context-cache"]
+    code = runtime_cli.main(["embed", *map(str, args), *(keep if "qnn" in map(str, args) else [])])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+@needs_qnn
+def test_embed_qnn_keeps_the_compiled_graph_for_the_next_run(static_dist, photo_files, tmp_path, capsys):
+    """The first run compiles the bucket and keeps its EP context in the cache; the second loads it and gives the
+    same embeddings; an entry that no longer loads is compiled again."""
+    cache, first, second = tmp_path / "cache", tmp_path / "first.npz", tmp_path / "second.npz"
+    args = [photo_files[0], "--package", static_dist, "--engine", "qnn"]
+    code, _, err = embed([*args, "--out", first], capsys, cache)
+    assert code == 0, err
+    assert "compiled and kept in" in err
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert (entry / "model_ctx.onnx").is_file() and any(entry.glob("*.bin"))
+    code, _, err = embed([*args, "--out", second], capsys, cache)
+    assert code == 0, err
+    assert "loaded the compiled graph kept in" in err and "compiled and kept" not in err
+    with np.load(first) as a, np.load(second) as b:
+        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    for binary in entry.glob("*.bin"):
+        binary.write_bytes(b"not a context binary")
+    code, _, err = embed([*args, "--out", tmp_path / "third.npz"], capsys, cache)
+    assert code == 0, err
+    assert "compiled and kept in" in err
 
 
 @needs_qnn
