@@ -170,14 +170,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="which models run on the HTP simulator: the fp32 static export (HTP fp16 precision) "
                              "and the A16W8 QDQ stage (default both)")
     parser.add_argument("--no-qnn-stage", dest="qnn_stage", action="store_false",
-                        help="leave out `quantize qnn` (and the QDQ model on the HTP): at Qwen3-VL-2B dims its MinMax "
-                             "calibration in ONNX Runtime's QNN helper went over 22 GB and was killed on a 24 GB "
-                             "machine")
+                        help="leave out `quantize qnn` (and the QDQ model on the HTP: at 2B dims one photo takes "
+                             "hours in the simulator)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--report-only", action="store_true", help="rewrite npu-2b.md from npu-2b.json")
     parser.add_argument("--resume", action="store_true",
                         help="keep npu-2b.json's speed phase (its start, machine and medians) and run the steps "
-                             "after it that it lacks (the report says it was resumed)")
+                             "after it that it lacks, the qnn stage included (the report says it was resumed)")
     args = parser.parse_args(argv)
     if args.report_only:
         found = json.loads((args.results / "npu-2b.json").read_text())
@@ -197,13 +196,13 @@ def main(argv: list[str] | None = None) -> int:
         (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
         on_htp = [name for name in args.htp if args.qnn_stage or name != "qnn"]
         for row in rows:  # the JSON is rewritten after each step: `--report-only` tells what a cut run measured
-            if "htp" in row:  # done before a --resume
-                continue
-            if args.qnn_stage:
+            if args.qnn_stage and "qnn_cpu_photos" not in row:  # also after a --resume whose HTP phase ran without it
                 stages(args.build, row["model"], args.size, ("qnn",))
                 report = json.loads((folders[row["model"]]["qnn"] / "report.json").read_text())
                 row["qnn_cpu_photos"] = report["min_token_cosine"]
                 (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+            if "htp" in row:  # done before a --resume
+                continue
             with tempfile.TemporaryDirectory(prefix="npu-2b-") as tmp:
                 row["htp"] = htp(folders[row["model"]], args.photos, on_htp, Path(tmp))
             (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")  # kept per model
