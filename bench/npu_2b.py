@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="rewrite npu-2b.md from npu-2b.json")
     parser.add_argument("--resume", action="store_true",
                         help="keep npu-2b.json's speed phase (its start, machine and medians) and run the steps "
-                             "after it that it lacks, the qnn stage included (the report says it was resumed)")
+                             "after it that it lacks, the qnn stage and each --htp model included (the report says it "
+                             "was resumed)")
     args = parser.parse_args(argv)
     if args.report_only:
         found = json.loads((args.results / "npu-2b.json").read_text())
@@ -201,10 +202,11 @@ def main(argv: list[str] | None = None) -> int:
                 report = json.loads((folders[row["model"]]["qnn"] / "report.json").read_text())
                 row["qnn_cpu_photos"] = report["min_token_cosine"]
                 (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
-            if "htp" in row:  # done before a --resume
+            missing = [name for name in on_htp if name not in row.get("htp", {})]  # after a --resume: what it lacks
+            if not missing:
                 continue
             with tempfile.TemporaryDirectory(prefix="npu-2b-") as tmp:
-                row["htp"] = htp(folders[row["model"]], args.photos, on_htp, Path(tmp))
+                row["htp"] = {**row.get("htp", {}), **htp(folders[row["model"]], args.photos, missing, Path(tmp))}
             (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")  # kept per model
         found["load_average_end"] = load_average()
         (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
