@@ -58,23 +58,30 @@ def child(kind: str, work: Path, static: Path) -> None:
 
 
 def prepare(work: Path, static: Path) -> None:
-    """The stage's fp32 model as it quantizes it (opset 21, LayerNorm written out, initializers unshared), one
+    """The stage's fp32 model as it quantizes it (LayerNorm written out, initializers unshared, ORT's QNN
+    preprocessing, opset 21: `plain.onnx`), one
     calibration photo's pixel_values, and ONNX Runtime's MinMax calibration model of it."""
     import numpy as np
+    import onnx
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config, qnn_preprocess_model
 
     from core import onnx_io
     from quantize import calibration, qnn
     from quantize.passes import decompose_layer_norm, unshare_initializers
 
-    model = qnn.at_opset(static / "model.onnx", qnn.QDQ_OPSET)
+    model = onnx.load(str(static / "model.onnx"))
     del model.metadata_props[:]
     decompose_layer_norm.apply(model)
     unshare_initializers.apply(model)
-    onnx_io.save_proto(model, work / "plain.onnx")
+    onnx_io.save_proto(model, work / "source.onnx")
     del model
+    prepared = work / "prepared.onnx"
+    if not qnn_preprocess_model(str(work / "source.onnx"), str(prepared), save_as_external_data=True,
+                                all_tensors_to_one_file=True, external_data_location="prepared.onnx.data"):
+        prepared = work / "source.onnx"
+    onnx_io.save_proto(qnn.at_opset(prepared, qnn.QDQ_OPSET), work / "plain.onnx")
     feeds = qnn.photo_feeds(qnn.CALIBRATION[:1], onnx_io.metadata(static / "model.onnx"))
     np.save(work / "feed.npy", feeds[0]["pixel_values"])
     config = get_qnn_qdq_config(str(work / "plain.onnx"), calibration.reader(feeds),

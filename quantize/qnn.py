@@ -54,7 +54,7 @@ def photo_feeds(names: tuple[str, ...], metadata: dict) -> list[dict[str, np.nda
 def at_opset(src: Path, opset: int) -> onnx.ModelProto:
     """The model `src` at (at least) `opset`: ONNX's version converter run on the graph alone, the weights loaded
     after. ORT's quantizer converts a model below opset 21 itself for 16-bit QDQ, with the weights in memory: at
-    Qwen3-VL-2B dims that conversion alone rose to 13 GB resident."""
+    Qwen3-VL-2B dims that conversion alone peaks at 11.6 GiB (bench/results/qnn-memory.md)."""
     model = onnx.load(str(src), load_external_data=False)
     current = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=opset)
     if current < opset:
@@ -98,7 +98,7 @@ def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work:
 
     # qnn_preprocess_model fails on a model with metadata_props (ORT 1.32 updates a dict with the proto's repeated
     # field): they are set aside here and put back on the result.
-    model = at_opset(src, QDQ_OPSET)
+    model = onnx.load(str(src))
     metadata = {p.key: p.value for p in model.metadata_props}
     del model.metadata_props[:]
     decompose_layer_norm.apply(model)  # the HTP refuses quantized LayerNormalization (the pass says how)
@@ -111,6 +111,12 @@ def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work:
     if not qnn_preprocess_model(str(plain), str(prepared), save_as_external_data=True, all_tensors_to_one_file=True,
                                 external_data_location=prepared.name + ".data"):
         prepared = plain
+    # opset 21 for 16-bit QDQ after the preprocessing (its Erf -> Gelu fusion does not run at opset 20 and up: the HTP
+    # refuses Erf), on the graph alone (`at_opset`: ORT's quantizer would convert with every weight in memory)
+    converted, model = work / "opset21.onnx", at_opset(prepared, QDQ_OPSET)
+    onnx_io.save_proto(model, converted)
+    del model
+    prepared = converted
     config = get_qnn_qdq_config(str(prepared), calibration.reader(feeds),
                                 activation_type=getattr(QuantType, ACTIVATIONS),
                                 weight_type=getattr(QuantType, WEIGHTS), per_channel=True)
