@@ -186,14 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             found = json.loads((args.results / "npu-2b.json").read_text())
             found["resumed"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-            rows = [r for r in found["rows"] if r["model"] in args.models]
+            rows = [r for r in found["rows"] if r["model"] in args.models]  # the others stay as they were
         else:
             found = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
                      "onnxruntime": ort.__version__, "load_average_start": load_average(), "rows": []}
             rows = [{"model": model, "size": args.size, "speed": speed(folders[model], args.threads, args.reps)}
                     for model in args.models]
             say("speed phase done", TAG)
-        found["rows"] = rows
+        if not args.resume:
+            found["rows"] = rows
         (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
         on_htp = [name for name in args.htp if args.qnn_stage or name != "qnn"]
         for row in rows:  # the JSON is rewritten after each step: `--report-only` tells what a cut run measured
