@@ -25,6 +25,7 @@ from core.machine import describe, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+PREPARED = "prepared.name"  # the file in the work folder naming `quantize.qnn.prepare_fp32`'s model
 
 
 def child(kind: str, work: Path, static: Path) -> None:
@@ -47,46 +48,31 @@ def child(kind: str, work: Path, static: Path) -> None:
     elif kind == "convert-graph":
         qnn.at_opset(static / "model.onnx", qnn.QDQ_OPSET)
     else:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        if kind == "calibrate-priority":
-            options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-        model = work / ("plain.onnx" if kind == "plain" else "augmented.onnx")
+        options = qnn.calibration_options(priority=kind == "calibrate-priority")
+        model = work / ((work / PREPARED).read_text() if kind == "plain" else "augmented.onnx")
         session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         session.run(None, {"pixel_values": np.load(work / "feed.npy")})
     print(json.dumps({"peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
 
 
 def prepare(work: Path, static: Path) -> None:
-    """The stage's fp32 model as it quantizes it (LayerNorm written out, initializers unshared, ORT's QNN
-    preprocessing, opset 21: `plain.onnx`), one
-    calibration photo's pixel_values, and ONNX Runtime's MinMax calibration model of it."""
+    """The stage's fp32 model as it quantizes it (`quantize.qnn.prepare_fp32`), one calibration photo's
+    pixel_values, and ONNX Runtime's MinMax calibration model of it."""
     import numpy as np
-    import onnx
     from onnxruntime.quantization import QuantType
     from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config, qnn_preprocess_model
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
-    from core import onnx_io
     from quantize import calibration, qnn
-    from quantize.passes import decompose_layer_norm, unshare_initializers
 
-    model = onnx.load(str(static / "model.onnx"))
-    del model.metadata_props[:]
-    decompose_layer_norm.apply(model)
-    unshare_initializers.apply(model)
-    onnx_io.save_proto(model, work / "source.onnx")
-    del model
-    prepared = work / "prepared.onnx"
-    if not qnn_preprocess_model(str(work / "source.onnx"), str(prepared), save_as_external_data=True,
-                                all_tensors_to_one_file=True, external_data_location="prepared.onnx.data"):
-        prepared = work / "source.onnx"
-    onnx_io.save_proto(qnn.at_opset(prepared, qnn.QDQ_OPSET), work / "plain.onnx")
-    feeds = qnn.photo_feeds(qnn.CALIBRATION[:1], onnx_io.metadata(static / "model.onnx"))
+    prepared, metadata = qnn.prepare_fp32(static / "model.onnx", work)
+    (work / PREPARED).write_text(prepared.name)  # the children's "plain" run opens it
+    feeds = qnn.photo_feeds(qnn.CALIBRATION[:1], metadata)
     np.save(work / "feed.npy", feeds[0]["pixel_values"])
-    config = get_qnn_qdq_config(str(work / "plain.onnx"), calibration.reader(feeds),
-                                activation_type=QuantType.QUInt16, weight_type=QuantType.QInt8, per_channel=True)
-    create_calibrator(work / "plain.onnx", config.op_types_to_quantize, augmented_model_path=str(work / "augmented.onnx"),
+    config = get_qnn_qdq_config(str(prepared), calibration.reader(feeds),
+                                activation_type=getattr(QuantType, qnn.ACTIVATIONS),
+                                weight_type=getattr(QuantType, qnn.WEIGHTS), per_channel=True)
+    create_calibrator(prepared, config.op_types_to_quantize, augmented_model_path=str(work / "augmented.onnx"),
                       calibrate_method=CalibrationMethod.MinMax, use_external_data_format=True)
 
 

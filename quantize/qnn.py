@@ -63,25 +63,32 @@ def at_opset(src: Path, opset: int) -> onnx.ModelProto:
     return model
 
 
+def calibration_options(priority: bool = True) -> ort.SessionOptions:
+    """The session options of ONNX Runtime's calibration session (`CalibraterBase.create_inference_session`: no graph
+    optimization), in PRIORITY_BASED execution order unless `priority` is False (its own default order)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if priority:
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    return options
+
+
 @contextlib.contextmanager
 def reductions_run_early():
-    """ONNX Runtime's calibrator opens its session (`CalibraterBase.create_inference_session`) with execution order
-    PRIORITY_BASED inside this block, otherwise as it does (no graph optimization, its providers).
+    """ONNX Runtime's calibrator opens its session (`CalibraterBase.create_inference_session`) with
+    `calibration_options()` inside this block, otherwise as it does (its providers).
 
     Its MinMax model adds a ReduceMin and a ReduceMax per tensor; in ONNX Runtime's default execution order they run
-    late and every activation stays alive until then. Measured at Qwen3-VL-2B's 448 x 448 static export on one
-    photo (peak resident memory of a process opening the session and running it): 10.4 GB with the default order, 1.8 GB with
-    PRIORITY_BASED, as much as the model without the reductions (1.8 GB). The ranges are the same whatever the order
-    (tests/test_quantize_qnn.py compares the QDQ models byte for byte)."""
+    late and every activation stays alive until then. One photo at Qwen3-VL-2B's 448 x 448 static export
+    (`python -m bench.qnn_memory`, bench/results/qnn-memory.md): 10.43 GiB peak resident in the default order, 1.89
+    GiB in PRIORITY_BASED, about the model's without the reductions (1.85 GiB). The ranges are the same whatever the
+    order (tests/test_quantize_qnn.py compares the QDQ models byte for byte)."""
     from onnxruntime.quantization import calibrate
 
     original = calibrate.CalibraterBase.create_inference_session
 
     def create_inference_session(self):
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-        self.infer_session = ort.InferenceSession(self.augmented_model_path, sess_options=options,
+        self.infer_session = ort.InferenceSession(self.augmented_model_path, sess_options=calibration_options(),
                                                   providers=self.execution_providers)
 
     calibrate.CalibraterBase.create_inference_session = create_inference_session
@@ -91,18 +98,22 @@ def reductions_run_early():
         calibrate.CalibraterBase.create_inference_session = original
 
 
-def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work: Path) -> None:
-    """`src` (fp32) -> `dst` (A16W8 QDQ for the QNN EP), calibrated on `feeds`."""
-    from onnxruntime.quantization import QuantType, quantize
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config, qnn_preprocess_model
+def prepare_fp32(src: Path, work: Path) -> tuple[Path, dict[str, str]]:
+    """(the fp32 model as the quantizer takes it, in `work`; `src`'s metadata, set aside).
 
-    # qnn_preprocess_model fails on a model with metadata_props (ORT 1.32 updates a dict with the proto's repeated
-    # field): they are set aside here and put back on the result.
+    qnn_preprocess_model fails on a model with metadata_props (ORT 1.32 updates a dict with the proto's repeated
+    field): they are set aside and put back on the result by `quantize_qdq`. LayerNormalization is written out and
+    shared initializers are copied (the passes say why), ORT's QNN preprocessing runs (Erf -> Gelu, ...), then the
+    model goes to opset 21 for 16-bit QDQ: after the preprocessing (its Erf -> Gelu fusion does not run at opset 20
+    and up, and the HTP refuses Erf), on the graph alone (`at_opset`: ORT's quantizer would convert with every
+    weight in memory)."""
+    from onnxruntime.quantization.execution_providers.qnn import qnn_preprocess_model
+
     model = onnx.load(str(src))
     metadata = {p.key: p.value for p in model.metadata_props}
     del model.metadata_props[:]
-    decompose_layer_norm.apply(model)  # the HTP refuses quantized LayerNormalization (the pass says how)
-    unshare_initializers.apply(model)  # a shared weight's DequantizeLinear would stand alone (the pass says why)
+    decompose_layer_norm.apply(model)  # the HTP refuses quantized LayerNormalization
+    unshare_initializers.apply(model)  # a shared weight's DequantizeLinear would stand alone
     plain, prepared = work / "plain.onnx", work / "prepared.onnx"
     onnx_io.save_proto(model, plain)
     del model
@@ -111,12 +122,17 @@ def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work:
     if not qnn_preprocess_model(str(plain), str(prepared), save_as_external_data=True, all_tensors_to_one_file=True,
                                 external_data_location=prepared.name + ".data"):
         prepared = plain
-    # opset 21 for 16-bit QDQ after the preprocessing (its Erf -> Gelu fusion does not run at opset 20 and up: the HTP
-    # refuses Erf), on the graph alone (`at_opset`: ORT's quantizer would convert with every weight in memory)
-    converted, model = work / "opset21.onnx", at_opset(prepared, QDQ_OPSET)
-    onnx_io.save_proto(model, converted)
-    del model
-    prepared = converted
+    converted = work / "opset21.onnx"
+    onnx_io.save_proto(at_opset(prepared, QDQ_OPSET), converted)
+    return converted, metadata
+
+
+def quantize_qdq(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], work: Path) -> None:
+    """`src` (fp32) -> `dst` (A16W8 QDQ for the QNN EP), calibrated on `feeds`."""
+    from onnxruntime.quantization import QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    prepared, metadata = prepare_fp32(src, work)
     config = get_qnn_qdq_config(str(prepared), calibration.reader(feeds),
                                 activation_type=getattr(QuantType, ACTIVATIONS),
                                 weight_type=getattr(QuantType, WEIGHTS), per_channel=True)
