@@ -76,6 +76,23 @@ class Processing:
 
 
 @dataclass(frozen=True)
+class StaticForm:
+    """What the torch-free stages need of a family's static models (`builders.vision --static`, metadata
+    `static_size`: one layout, every dim numeric; docs/npu.md).
+
+    `feeds(rgb, metadata)` -> the inputs of a static model for one RGB uint8 image [H, W, 3] of any size, resized to
+    the model's one size. `layout(metadata)` -> the JSON facts of its one layout, keys `layout_keys` (Qwen:
+    {grid_thw: [t, h, w]}; Phi-4: {image_size: [H, W] of the HD canvas, num_crops: C with the global crop}): what a
+    package's static bucket records (runtime/buckets.py) and what `runtime embed` writes per entry, under the names
+    the dynamic engines write them.
+    """
+
+    layout_keys: tuple[str, ...]
+    layout: Callable[[Metadata], dict]
+    feeds: Callable[[np.ndarray, Metadata], Inputs]
+
+
+@dataclass(frozen=True)
 class Family:
     """One model family as the torch-free stages see it.
 
@@ -89,8 +106,7 @@ class Family:
     (keyword options of the ORT transformer-optimizer pass); `surgery_checks` (what `python -m surgery
     stage` runs: "debake", "audit", "claims").
     Shipping: `shipping` (`families.shipping.Shipping`: tiny config, quantize flags, sweep points, genai type).
-    Static models (`builders.vision --static`, metadata `static_size`): `static_feeds(rgb, metadata)` -> the inputs of
-    a static model for one RGB uint8 image [H, W, 3] of any size, resized to the model's one size.
+    Static models: `static` (`StaticForm`: their inputs for a photo and the facts of their one layout).
     """
 
     name: str
@@ -111,4 +127,4 @@ class Family:
     release: Release
     processing: Processing
     shipping: Shipping
-    static_feeds: Callable[[np.ndarray, Metadata], Inputs]
+    static: StaticForm

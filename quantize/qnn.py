@@ -6,7 +6,7 @@ compiles static graphs only). OUT/model.onnx (+ report.json) is its QDQ form mad
 LayerNorm), then `get_qnn_qdq_config` with uint16 activations and int8 symmetric weights, per channel where
 QNN takes it (the helper keeps MatMul weights per tensor: QNN has no per-channel MatMul), and `quantize`.
 Activations are calibrated (MinMax) on real photos (scikit-image's, `quantize.calibration.photo`) resized to
-the model's size (the family's `static_feeds`): `CALIBRATION`. The check, on the CPU EP against IN's fp32:
+the model's size (the family's `static.feeds`): `CALIBRATION`. The check, on the CPU EP against IN's fp32:
 the photos `python -m runtime npu-check` runs (`runtime.npu.PHOTOS`, none of them calibration photos), whose
 min per-token cosine must reach `--min-cosine` (default 0.98, npu-check's QDQ floor; else exit 2, nothing
 written), and IN's validation layouts (random pixels, outside any photo's range: a figure, not a gate).
@@ -46,8 +46,8 @@ ACTIVATIONS, WEIGHTS = "QUInt16", "QInt8"
 
 
 def photo_feeds(names: tuple[str, ...], metadata: dict) -> list[dict[str, np.ndarray]]:
-    """{pixel_values} of each photo resized to the static model's size (its family's `static_feeds`)."""
-    feeds = of_model(metadata, "IN").static_feeds
+    """{pixel_values} of each photo resized to the static model's size (its family's `static.feeds`)."""
+    feeds = of_model(metadata, "IN").static.feeds
     return [feeds(calibration.photo(name), metadata) for name in names]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from families import family
 from families.base import FEATURES
 from release.variants import VARIANTS
+from runtime import buckets
 from runtime.buckets import KEY
 from runtime.path_choice import per_cpu
 
@@ -137,21 +138,24 @@ def static_lines(manifest: dict) -> list[str]:
         return []
     lines = ["## Static buckets (NPUs)", "",
              ("One size each, for NPUs that compile static graphs only (Qualcomm's HTP through ONNX Runtime's QNN "
-              "EP): input `pixel_values` of that size only, no `grid_thw`. Not in `onnx_variants`. "
+              "EP): input `pixel_values` of that size only, its layout (grid or crops) the model's own. Not in "
+              "`onnx_variants`. "
               f"`python -m runtime embed photo.jpg --package {manifest['name']} --engine qnn --out embeddings.npz` "
               "resizes each image to the bucket of the closest aspect ratio and runs the QDQ file (`--variant fp16`: "
               "the fp16 one) on the HTP. Accuracy as each file's stage measured it: fp32 against the eager model, "
               "qdq and fp16 against the bucket's fp32 (qdq on real photos)."), "",
-             "| size (w x h) | grid | variant | file | MiB | min per-token cosine | reference |",
+             "| size (w x h) | layout | variant | file | MiB | min per-token cosine | reference |",
              "|---|---|---|---|---:|---:|---|"]
+    keys = buckets.layout_keys(manifest)
     for bucket in manifest[KEY]:
         size = "x".join(map(str, ([bucket["frames"]] if bucket.get("frames") else []) + bucket["size"]))
+        layout = buckets.layout_text({k: bucket[k] for k in keys})
         for v in bucket["variants"]:
             accuracy = v.get("accuracy_vs_fp32") or v.get("accuracy_vs_eager") or {}
             cosine = accuracy.get("min_token_cosine", min((c["min_token_cosine"] for c in accuracy.get("cases", [])
                                                            if isinstance(c, dict) and "min_token_cosine" in c),
                                                           default=None))
-            lines.append(f"| {size} | {'x'.join(map(str, bucket['grid_thw']))} | {v['name']} | `{v['file']}` | "
+            lines.append(f"| {size} | {layout} | {v['name']} | `{v['file']}` | "
                          f"{_mib(v['size'])} | {_num(cosine, 5)} | "
                          f"{accuracy.get('reference', '–')} |")
     return [*lines, ""]

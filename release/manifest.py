@@ -15,8 +15,8 @@ same build folders give the same bytes. Keys:
   float16 storage, `accuracy_vs_fp32`, and on the CPU EP, `accuracy_vs_fp32_cpu_ep`; int8/int4: also on held-out
   real photos, `accuracy_vs_fp32.photos`; the nodes kept fp32, `precision`)
 - `smoke`: per smoke size the inputs' shapes and the outputs' shapes of the fp32 model
-- `static_buckets` (only when the build has `static-WxH/` folders; `runtime.buckets`): per bucket its size, grid,
-  I/O, and per file (fp32, qdq, fp16) its files, size, stage and accuracy as its stage measured it (fp32: against
+- `static_buckets` (only when the build has `static-WxH/` folders; `runtime.buckets`): per bucket its size, layout
+  (`runtime.buckets`: a Qwen grid_thw, Phi-4's image_size and num_crops), I/O, and per file (fp32, qdq, fp16) its files, size, stage and accuracy as its stage measured it (fp32: against
   the eager model, `accuracy_vs_eager`; qdq and fp16: against the bucket's fp32, `accuracy_vs_fp32`, on photos for
   qdq)
 - `files`: {path: {sha256, size}} of every other file of the package (models, data, configs)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from core import onnx_io
 from core.errors import UsageError
+from families import family
 from families.static_size import StaticSize
 from release.variants import BASE_NAME, BY_STAGE, VARIANTS
 from runtime import buckets
@@ -137,7 +138,8 @@ def list_in_config(config_file: Path, chosen: list[Variant], static: list[Static
     config = json.loads(config_file.read_text())
     config[CONFIG_KEY] = {v.name: v.path for v in chosen if v.folder == "onnx"}
     if static:
-        config[buckets.KEY] = buckets.config_entries({buckets.KEY: [bucket_head(b) for b in static]})
+        config[buckets.KEY] = buckets.config_entries({"family": static[0].metadata["family"],
+                                                      buckets.KEY: [bucket_head(b) for b in static]})
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return config
 
@@ -187,10 +189,6 @@ def read_static(build: str | Path, dynamic: Stage) -> list[StaticBucket]:
             raise UsageError(f"{folder} has no export stage; run make export STATIC={size.name}, or remove {folder}")
         export = present["export"]
         metadata = onnx_io.metadata(export.model)
-        if "static_grid_thw" not in metadata:  # the bucket records (runtime.buckets) hold a Qwen grid
-            raise UsageError(f"{folder}: a package ships the static buckets of the Qwen generations only; a "
-                             f"{metadata.get('family')} static model runs on its own (python -m runtime npu-check "
-                             f"{export.folder}); remove {folder} to package the rest")
         if metadata.get("static_size") != size.name:
             raise UsageError(f"{export.model} is the static export of {metadata.get('static_size') or 'no size'}, "
                              f"not of its folder's {size.name}; re-run make export STATIC={size.name}")
@@ -211,8 +209,9 @@ def read_static(build: str | Path, dynamic: Stage) -> list[StaticBucket]:
 
 def bucket_head(bucket: StaticBucket) -> dict:
     """What manifest.json (`runtime.buckets.KEY`) and config.json say first of a bucket: size, frames (a video's),
-    grid and each variant's name and file."""
+    the facts of its layout (its family's `StaticForm.layout`: a Qwen grid_thw, Phi-4's image_size and num_crops)
+    and each variant's name and file."""
     size = bucket.size
     return {"size": [size.width, size.height], **({"frames": size.frames} if size.frames else {}),
-            "grid_thw": json.loads(bucket.metadata["static_grid_thw"])[0],
+            **family(bucket.metadata["family"]).static.layout(bucket.metadata),
             "variants": [{"name": v.name, "file": v.path} for v in bucket.variants]}

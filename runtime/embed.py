@@ -30,7 +30,7 @@ from core.report import read_json_object
 from core.staging import add_clobber_argument, check_result_file, is_marked_result, staged_file
 from families import family
 from families.base import Pack
-from runtime import images, npu, path_choice, unpack
+from runtime import buckets, images, npu, path_choice, unpack
 
 TAG = "embed"
 MODEL_STEM = "onnx/vision_encoder"
@@ -186,12 +186,9 @@ def describe(result: dict[str, np.ndarray], entry: str) -> str:
     """One line per entry: its file(s), its grid or HD size, and the shapes of its outputs."""
     sources = [str(s) for s in result[f"{entry}.source"]]
     source = sources[0] if len(sources) == 1 else f"{len(sources)} frames {sources[0]} .. {Path(sources[-1]).name}"
-    if f"{entry}.grid_thw" in result:
-        layout = "grid " + "x".join(str(int(v)) for v in result[f"{entry}.grid_thw"])
-        if f"{entry}.bucket" in result:  # --engine qnn (runtime/npu_embed.py): the static bucket it ran at
-            layout += ", bucket {}x{}".format(*result[f"{entry}.bucket"].tolist())
-    else:
-        layout = "HD {}x{}, {} crops".format(*result[f"{entry}.image_size"].tolist(), int(result[f"{entry}.num_crops"]))
+    layout = buckets.layout_text({k: result[f"{entry}.{k}"] for k in FACTS if f"{entry}.{k}" in result})
+    if f"{entry}.bucket" in result:  # --engine qnn (runtime/npu_embed.py): the static bucket it ran at
+        layout += ", bucket {}x{}".format(*result[f"{entry}.bucket"].tolist())
     outputs = [k.split(".", 1)[1] for k in result if k.startswith(f"{entry}.") and k.split(".", 1)[1] not in FACTS]
     shapes = ", ".join(f"{name} {list(result[f'{entry}.{name}'].shape)}" for name in outputs)
     return f"{entry}: {source} ({layout}) -> {shapes}"

@@ -8,7 +8,7 @@ For each model (a model.onnx, a stage folder, or every static file a package's m
 1. the session on the HTP backend with CPU fallback disabled (`session.disable_cpu_ep_fallback=1`): every node
    runs on the NPU, or the check fails with one line naming the first node the EP refused and its reason (read
    from the EP's own log), and what keeps the graph from being static (`core.static_graph`);
-2. real photos (scikit-image's, or `--images`) resized to the model's size (the family's `static_feeds`)
+2. real photos (scikit-image's, or `--images`) resized to the model's size (the family's `static.feeds`)
    through it and through the CPU EP's fp32 model (the model itself, or for a `quantize qnn` / `fp16` variant the
    fp32 model its report names as input): finite, min per-token cosine at or above the variant's floor
    (`FLOORS`: fp16 precision 0.999, QDQ 0.98);
@@ -265,7 +265,7 @@ def photo_inputs(metadata: dict, images: list[Path] | None) -> list[tuple[str, d
             raise UsageError("no --images given and scikit-image (its sample photos) is not installed: pip install "
                              "scikit-image, or pass --images FILE ...") from None
         loaded = [(name, getattr(skimage.data, name)()) for name in PHOTOS]
-    feeds = of_model(metadata, "the model").static_feeds
+    feeds = of_model(metadata, "the model").static.feeds
     return [(name, feeds(np.asarray(rgb), metadata)) for name, rgb in loaded]
 
 

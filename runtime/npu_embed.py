@@ -3,15 +3,16 @@ static buckets (docs/npu.md "In a package").
 
 Each image goes to the bucket that fits it best (`runtime.buckets.choose`: the closest aspect ratio, then the
 closest pixel count, then the larger), is resized — not cropped — to exactly the bucket's width and height with the
-family's static preprocessing (families/qwen_vl/static_inputs.py, PIL bicubic, the processor's normalisation and
-patch order), and runs alone through that bucket's file on the QNN EP's HTP backend with CPU fallback disabled
+family's static preprocessing (`StaticForm.feeds`: families/<family>/static_inputs.py, PIL bicubic, then the
+processor's own steps), and runs alone through that bucket's file on the QNN EP's HTP backend with CPU fallback disabled
 (`runtime.npu.open_compiled`: compiled once, then loaded from the context cache, runtime/npu_context_cache.py):
 the QDQ file by default (uint16 activations, int8 weights), `--variant fp16` the fp16
 file, `--variant fp32` the fp32 file (both at HTP fp16 precision). One session per bucket used.
 
-FILE.npz has the layout of `runtime embed` (runtime/embed.py): `entries`, and per entry `ENTRY.source`,
-`ENTRY.grid_thw` (the bucket's grid), every output cut to the entry, plus `ENTRY.bucket` int64 [2]: the width and
-height it ran at. Images only (a video bucket is not run here). Without onnxruntime-qnn: one `error:` line with
+FILE.npz has the layout of `runtime embed` (runtime/embed.py): `entries`, and per entry `ENTRY.source`, the
+bucket's layout facts as the dynamic engines write them (a Qwen bucket's `ENTRY.grid_thw`, a Phi-4 bucket's
+`ENTRY.image_size` and `ENTRY.num_crops`), every output, plus `ENTRY.bucket` int64 [2]: the width and height it
+ran at. Images only (a video bucket is not run here). Without onnxruntime-qnn: one `error:` line with
 the install hint, exit 2.
 """
 
@@ -89,7 +90,7 @@ def embed(image_args: list[str], package: Path, variant: str | None, out: Path, 
             with step(f"open {relative} on the HTP", tag=TAG):
                 sess, how = npu.open_compiled(model, htp, precision)
             say(f"{relative}: {how}", TAG)
-            static_feeds = family(family_name).static_feeds
+            static_feeds = family(family_name).static.feeds
             for name, path, rgb, at in zip(names, image_paths, loaded, chosen):
                 if at != index:
                     continue
@@ -98,7 +99,7 @@ def embed(image_args: list[str], package: Path, variant: str | None, out: Path, 
                 with step(f"run {name} ({rgb.shape[1]}x{rgb.shape[0]}) at {bucket.name} on the HTP", tag=TAG):
                     outputs = session.run(sess, feeds)
                 result[f"{name}.source"] = np.array([str(path)])
-                result[f"{name}.grid_thw"] = np.array(bucket.grid, dtype=np.int64)
+                result.update({f"{name}.{k}": np.array(v, dtype=np.int64) for k, v in bucket.layout.items()})
                 result[f"{name}.bucket"] = np.array([bucket.width, bucket.height], dtype=np.int64)
                 result.update({f"{name}.{k}": v for k, v in outputs.items()})
             del sess

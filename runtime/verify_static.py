@@ -2,11 +2,12 @@
 
 Per bucket and per file (fp32, qdq, fp16), after the checksums (steps 1-2 of runtime/verify.py):
 - the manifest records the file(s) and their sizes add up;
-- the model's metadata names the manifest's family and model, the bucket's size (`static_size`) and grid
-  (`static_grid_thw`); its inputs and outputs are the bucket's (every dim numeric, first output `image_features`);
+- the model's metadata names the manifest's family and model, the bucket's size (`static_size`) and layout
+  (`StaticForm.layout` of its metadata: the grid of `static_grid_thw`, Phi-4's crops of `static_image_sizes`); its
+  inputs and outputs are the bucket's (every dim numeric, first output `image_features`);
 - config.json lists the buckets as the manifest does (`runtime.buckets.config_entries`);
 - the file runs in ONNX Runtime (CPU EP) at its own size only — pixel_values of a random RGB image resized to the
-  bucket (families/qwen_vl/static_inputs.py; random values for a video bucket), no grid_thw — with the outputs'
+  bucket (the family's `StaticForm.feeds`; random values for a video bucket), no grid_thw — with the outputs'
   recorded shapes and finite values. The dynamic smoke sizes are not run on it: it takes one size.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from core import session
 from core.errors import UsageError
+from families import family
 from families.base import FEATURES
 from runtime import buckets, package_records
 
@@ -37,7 +39,7 @@ def _input_feeds(bucket: buckets.Bucket, record: dict, meta: dict[str, str], fai
     if bucket.frames:
         return {"pixel_values": rng.uniform(-1, 1, dims["pixel_values"]).astype(np.float32)}
     rgb = rng.integers(0, 256, (bucket.height, bucket.width, 3), dtype=np.uint8)
-    return of_model(meta, bucket.name).static_feeds(rgb, meta)
+    return of_model(meta, bucket.name).static.feeds(rgb, meta)
 
 
 def _check_file(manifest: dict, bucket: buckets.Bucket, record: dict, variant: dict, folder: Path, fail) -> dict:
@@ -48,13 +50,12 @@ def _check_file(manifest: dict, bucket: buckets.Bucket, record: dict, variant: d
     package_records.check_file_records(manifest, what, file, listed, variant.get("size"))
     proto, meta = package_records.read_package_model(manifest, folder, file)
     try:
-        grid = json.loads(meta.get("static_grid_thw", "null"))
-    except ValueError:
-        grid = None
-    if meta.get("static_size") != bucket.name or grid != [list(bucket.grid)]:
-        fail(file, f"is the static model of {meta.get('static_size') or 'no size'} (grid {grid}), but manifest.json "
-                   f"lists it for bucket {bucket.name} (grid {[list(bucket.grid)]}): a file swapped or the manifest "
-                   "edited")
+        layout = family(manifest["family"]).static.layout(meta)
+    except (UsageError, KeyError, ValueError, TypeError):
+        layout = None
+    if meta.get("static_size") != bucket.name or layout != bucket.layout:
+        fail(file, f"is the static model of {meta.get('static_size') or 'no size'} ({layout}), but manifest.json "
+                   f"lists it for bucket {bucket.name} ({bucket.layout}): a file swapped or the manifest edited")
     for what, values in (("inputs", proto.graph.input), ("outputs", proto.graph.output)):
         if package_records.io_records(values) != record[what]:
             fail(file, f"{what} {package_records.io_records(values)} differ from manifest.json's bucket {bucket.name} "

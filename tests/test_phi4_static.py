@@ -68,17 +68,32 @@ def test_a_video_size_is_refused(tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.skipif(npu.unavailable() is not None, reason=f"QNN EP HTP backend unavailable: {npu.unavailable()}")
+needs_qnn = pytest.mark.skipif(npu.unavailable() is not None,
+                               reason=f"QNN EP HTP backend unavailable: {npu.unavailable()}")
+
+
+@pytest.fixture(scope="module")
+def static_qnn(static, tmp_path_factory):
+    """The static model's A16W8 QDQ form (`quantize qnn`). Its biases, all zeros with random weights, are one shared
+    tensor in the export: the stage gives each reader its own copy, else the HTP refuses the model."""
+    from quantize import __main__ as quantize_cli
+
+    out = tmp_path_factory.mktemp("phi4-static") / "qnn"
+    assert quantize_cli.main(["qnn", str(static), str(out), "--threads", "1"]) == 0
+    return out
+
+
+@needs_qnn
 @pytest.mark.parametrize("stage", ["qnn", "fp16"])
-def test_every_node_on_the_htp(static, tmp_path, capsys, stage):
-    """quantize qnn (its biases, all zeros with random weights, are one shared tensor in the export: the stage gives
-    each reader its own copy, else the HTP refuses the model) and quantize fp16, then npu-check."""
+def test_every_node_on_the_htp(static, static_qnn, tmp_path, capsys, stage):
+    """quantize qnn and quantize fp16, then npu-check."""
     from quantize import __main__ as quantize_cli
     from runtime import __main__ as runtime_cli
 
-    variant = tmp_path / stage
-    assert quantize_cli.main([stage, str(static), str(variant), "--threads", "1",
-                              *(["--outliers", "off"] if stage == "fp16" else [])]) == 0
+    variant = static_qnn
+    if stage == "fp16":
+        variant = tmp_path / stage
+        assert quantize_cli.main([stage, str(static), str(variant), "--threads", "1", "--outliers", "off"]) == 0
     report = tmp_path / "npu.json"
     code = runtime_cli.main(["npu-check", str(variant), "--json", str(report), "--context-dir", str(tmp_path / "ctx")])
     out, err = capsys.readouterr()
@@ -88,19 +103,75 @@ def test_every_node_on_the_htp(static, tmp_path, capsys, stage):
     assert record["ok"] and record["finite"] and record["static_size"] == SIZE
 
 
-def test_a_package_refuses_a_phi4_static_bucket(static, tmp_path, capsys):
-    """The bucket records of a package hold a Qwen grid: `release package` of a Phi-4 build with a static folder is
-    one error line naming what to do, and nothing is written."""
+# --- in a package (docs/npu.md "In a package") ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def phi_dist(static, static_qnn, tmp_path_factory):
+    """dist/phi-4-mm-tiny/ of a build with the dynamic export and the static-600x250/{export, qnn} bucket, made by
+    `release package`."""
     import shutil
 
     from builders import vision
     from release import __main__ as release_cli
 
-    build, dist = tmp_path / "phi-4-mm-tiny", tmp_path / "dist"
+    root = tmp_path_factory.mktemp("phi4-package")
+    build = root / "phi-4-mm-tiny"
     assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(build / "export")]) == 0
     shutil.copytree(static, build / f"static-{SIZE}" / "export")
+    shutil.copytree(static_qnn, build / f"static-{SIZE}" / "qnn")
+    assert release_cli.main(["package", str(build), "--dist", str(root / "dist"), "--threads", "1"]) == 0
+    return root / "dist" / "phi-4-mm-tiny"
+
+
+def test_a_package_ships_and_verifies_the_phi4_bucket(phi_dist, capsys):
+    """The bucket records its crop layout under the names `runtime embed` writes (image_size: the HD canvas, 1 x 2
+    crops of 448; num_crops with the global one), and `runtime verify` runs each file at its size."""
+    from runtime import __main__ as runtime_cli
+    from runtime import buckets
+
+    config = json.loads((phi_dist / "config.json").read_text())
+    assert config[buckets.KEY] == [
+        {"size": [600, 250], "image_size": [448, 896], "num_crops": 3,
+         "files": {"fp32": f"onnx/vision_encoder_static_{SIZE}.onnx", "qdq": f"onnx/vision_encoder_static_{SIZE}_qdq.onnx"}}]
+    (bucket,) = buckets.read(json.loads((phi_dist / "manifest.json").read_text()))
+    assert bucket.layout == {"image_size": [448, 896], "num_crops": 3}
+    assert "| 600x250 | HD 448x896, 3 crops | qdq |" in (phi_dist / "README.md").read_text()
     capsys.readouterr()
-    assert release_cli.main(["package", str(build), "--dist", str(dist)]) == 2
-    line = single_error(capsys.readouterr().err)
-    assert "static buckets of the Qwen generations only" in line and "npu-check" in line
-    assert not dist.exists() or not any(dist.iterdir())
+    code = runtime_cli.main(["verify", str(phi_dist), "--threads", "1"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "1 static bucket(s): all checks passed" in captured.out
+    assert f"static bucket {SIZE} (fp32, qdq): runs at its size" in captured.err
+
+
+@needs_qnn
+def test_embed_qnn_runs_a_phi4_bucket(phi_dist, tmp_path, capsys):
+    """A photo (chelsea, 451x300) through `runtime embed --engine qnn` on the HTP: the bucket's layout facts and the
+    features of the QDQ file, at its floor against the CPU EP's run of the fp32 file on the same resized pixels."""
+    from PIL import Image
+
+    from core import onnx_io, session
+    from core.parity import min_token_cosine
+    from families.phi4_mm import static_inputs
+    from runtime import __main__ as runtime_cli
+
+    skimage_data = pytest.importorskip("skimage.data")
+    rgb = skimage_data.chelsea()
+    photo, out = tmp_path / "chelsea.png", tmp_path / "emb.npz"
+    Image.fromarray(rgb).save(photo)
+    capsys.readouterr()
+    code = runtime_cli.main(["embed", str(photo), "--package", str(phi_dist), "--engine", "qnn", "--out", str(out),
+                             "--no-context-cache"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert f"{SIZE} for image_0" in captured.err
+    assert "(HD 448x896, 3 crops, bucket 600x250) -> image_features" in captured.out
+    fp32 = phi_dist / f"onnx/vision_encoder_static_{SIZE}.onnx"
+    want = session.run(session.open_session(fp32, 1),
+                       {"pixel_values": static_inputs.pixels(rgb, onnx_io.metadata(fp32))})["image_features"]
+    with np.load(out) as data:
+        assert data["image_0.image_size"].tolist() == [448, 896] and int(data["image_0.num_crops"]) == 3
+        assert data["image_0.bucket"].tolist() == [600, 250]
+        got = data["image_0.image_features"]
+    assert got.shape == want.shape
+    assert min_token_cosine(got, want) >= npu.FLOORS["qdq"]

@@ -315,7 +315,7 @@ def test_embed_qnn_equals_the_cpu_ep_on_photos(static_dist, photo_files, tmp_pat
         rgb = load_rgb(path)
         bucket = found[buckets.choose(rgb.shape[1], rgb.shape[0], [(b.width, b.height) for b in found])]
         assert result[f"{entry}.bucket"].tolist() == [bucket.width, bucket.height]
-        assert result[f"{entry}.grid_thw"].tolist() == list(bucket.grid)
+        assert result[f"{entry}.grid_thw"].tolist() == bucket.layout["grid_thw"]
         assert result[f"{entry}.source"].tolist() == [str(path)]
         model = static_dist / bucket.files["qdq"]  # the CPU EP's run of the same file on the same resized pixels
         sess = session.open_session(model, 1)

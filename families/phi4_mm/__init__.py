@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from families.base import Family, Inputs, Metadata, Processing, Release
+from families.base import Family, Inputs, Metadata, Processing, Release, StaticForm
 from families.phi4_mm import crops, layouts, processing, release, spec, static_inputs
 from families.shipping import Shipping, int4_flags
 
@@ -89,5 +89,5 @@ FAMILY = Family(
                      "padded patch columns 600x250"),
         genai="the genai package is made for the Qwen generations genai runs (qwen2.5-vl, qwen3-vl, qwen3.5); "
               "onnxruntime-genai's phi4mm pipeline: see docs/genai.md"),
-    static_feeds=lambda rgb, metadata: {"pixel_values": static_inputs.pixels(rgb, metadata)},
+    static=StaticForm(static_inputs.LAYOUT_KEYS, static_inputs.layout, static_inputs.feeds),
 )

@@ -16,7 +16,10 @@ import numpy as np
 from PIL import Image
 
 from core.errors import UsageError
-from families.phi4_mm import preprocess
+from families.phi4_mm import crops, preprocess
+
+#: The facts of a static model's one layout (`layout`), as `runtime embed` writes a dynamic entry's.
+LAYOUT_KEYS = ("image_size", "num_crops")
 
 
 def static_size(metadata: dict[str, str]) -> tuple[int, int]:
@@ -26,6 +29,18 @@ def static_size(metadata: dict[str, str]) -> tuple[int, int]:
                          "python -m builders.vision --static WIDTHxHEIGHT")
     height, width = json.loads(metadata["static_image_sizes"])[0]
     return int(height), int(width)
+
+
+def layout(metadata: dict[str, str]) -> dict:
+    """{image_size: [H, W] of the HD canvas (the processor's image_sizes: whole crops), num_crops: C (with the
+    global crop)} of a static model (families.base.StaticForm.layout)."""
+    grid = crops.layout(*static_size(metadata))
+    return {"image_size": [grid.rows * crops.CROP, grid.cols * crops.CROP], "num_crops": grid.crops}
+
+
+def feeds(rgb: np.ndarray, metadata: dict[str, str]) -> dict[str, np.ndarray]:
+    """{pixel_values} of one RGB uint8 image [H, W, 3] of any size at the model's size (`pixels`)."""
+    return {"pixel_values": pixels(rgb, metadata)}
 
 
 def pixels(rgb: np.ndarray, metadata: dict[str, str]) -> np.ndarray:

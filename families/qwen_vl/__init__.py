@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 
-from families.base import Family, Inputs, Metadata, Processing, Release
+from families.base import Family, Inputs, Metadata, Processing, Release, StaticForm
 from families.qwen_vl import contract, generations, layouts, processing, release, static_inputs
 from families.qwen_vl.generations import GENERATIONS, Generation
 
@@ -92,7 +92,7 @@ def make_family(generation: Generation) -> Family:
         processing=Processing(processing.processor, processing.image_inputs, processing.load_processor,
                               processing.embed_packer(generation), processing.max_pixels),
         shipping=generation.shipping,
-        static_feeds=lambda rgb, metadata: {"pixel_values": static_inputs.pixels(rgb, metadata)},
+        static=StaticForm(static_inputs.LAYOUT_KEYS, static_inputs.layout, static_inputs.feeds),
     )
 
 

@@ -19,6 +19,9 @@ from families.qwen_vl.generations import GENERATIONS
 from families.qwen_vl.preprocess_video import patchify
 from families.resample import normalize
 
+#: The facts of a static model's one layout (`layout`): its grid, as `runtime embed` writes an entry's.
+LAYOUT_KEYS = ("grid_thw",)
+
 
 def static_grid(metadata: dict[str, str]) -> list[int]:
     """[t, h, w] of a static model; UsageError for a model without one (a dynamic export)."""
@@ -26,6 +29,16 @@ def static_grid(metadata: dict[str, str]) -> list[int]:
         raise UsageError("the model is not a static export (no static_grid_thw in its metadata): export one with "
                          "python -m builders.vision --static WIDTHxHEIGHT")
     return json.loads(metadata["static_grid_thw"])[0]
+
+
+def layout(metadata: dict[str, str]) -> dict:
+    """{grid_thw: [t, h, w]} of a static model (families.base.StaticForm.layout)."""
+    return {"grid_thw": static_grid(metadata)}
+
+
+def feeds(rgb: np.ndarray, metadata: dict[str, str]) -> dict[str, np.ndarray]:
+    """{pixel_values} of one RGB uint8 image [H, W, 3] of any size at the model's size (`pixels`)."""
+    return {"pixel_values": pixels(rgb, metadata)}
 
 
 def pixels(rgb: np.ndarray, metadata: dict[str, str]) -> np.ndarray:
