@@ -158,6 +158,17 @@ def markdown(found: dict) -> str:
             "\"At published dims\").\n\n" + table(found["rows"]) + "\n")
 
 
+def save(results: Path, found: dict, rows: list[dict], resume: bool) -> dict:
+    """Write npu-2b.json; returns what was written. A --resume run replaces only its own models' rows in the file as
+    it is now, so that two resumed runs of different --models (hours each in the simulator) can run side by side."""
+    if resume and (results / "npu-2b.json").exists():
+        mine = {r["model"]: r for r in rows}
+        on_disk = json.loads((results / "npu-2b.json").read_text())
+        found = {**found, "rows": [mine.pop(r["model"], r) for r in on_disk["rows"]] + list(mine.values())}
+    (results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.npu_2b", description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(DEFAULT))
@@ -195,22 +206,22 @@ def main(argv: list[str] | None = None) -> int:
             say("speed phase done", TAG)
         if not args.resume:
             found["rows"] = rows
-        (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+        save(args.results, found, rows, args.resume)
         on_htp = [name for name in args.htp if args.qnn_stage or name != "qnn"]
         for row in rows:  # the JSON is rewritten after each step: `--report-only` tells what a cut run measured
             if args.qnn_stage and "qnn_cpu_photos" not in row:  # also after a --resume whose HTP phase ran without it
                 stages(args.build, row["model"], args.size, ("qnn",))
                 report = json.loads((folders[row["model"]]["qnn"] / "report.json").read_text())
                 row["qnn_cpu_photos"] = report["min_token_cosine"]
-                (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+                save(args.results, found, rows, args.resume)
             missing = [name for name in on_htp if name not in row.get("htp", {})]  # after a --resume: what it lacks
             if not missing:
                 continue
             with tempfile.TemporaryDirectory(prefix="npu-2b-") as tmp:
                 row["htp"] = {**row.get("htp", {}), **htp(folders[row["model"]], args.photos, missing, Path(tmp))}
-            (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")  # kept per model
+            save(args.results, found, rows, args.resume)  # kept per model
         found["load_average_end"] = load_average()
-        (args.results / "npu-2b.json").write_text(json.dumps(found, indent=1) + "\n")
+        found = save(args.results, found, rows, args.resume)
     (args.results / "npu-2b.md").write_text(markdown(found))
     print(table(found["rows"]))
     return 0
