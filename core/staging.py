@@ -15,7 +15,8 @@ Rules (one place for every stage):
 - Whether OUT can be written is found out before the work starts, not after it.
 - On any error the temp folder, and any parent folder this run created, are removed: nothing new is left. Temp
   folders are named `.OUT.tmp-PID-xxxx`; one whose process is gone (a stage killed with SIGKILL, a power cut)
-  is removed by the next run writing the same OUT (`remove_stale`).
+  is removed by the next run writing the same OUT (`remove_stale`). So are a stage's work folders
+  (`WorkFolder`, `.OUT.work-PID-xxxx`: its intermediate models, gigabytes at 2B dims).
 """
 
 from __future__ import annotations
@@ -296,7 +297,28 @@ def remove_dead(folder: Path, start: str) -> list[Path]:
 
 def remove_stale(out: Path) -> list[Path]:
     """Remove the temp folders and files beside `out` (`temp_prefix`'s names) of runs that were killed."""
-    return remove_dead(out.parent, rf"\.{re.escape(out.name)}\.(?:tmp|old|rejected)-")
+    return remove_dead(out.parent, rf"\.{re.escape(out.name)}\.(?:tmp|old|rejected|work)-")
+
+
+class WorkFolder:
+    """A stage's private work folder beside `out`, `.OUT.work-PID-xxxx` (its intermediate models): removed by
+    `cleanup()` or on leaving a `with` (which gives its path), and, when the process was killed before that, by the
+    next run writing OUT (`remove_stale`). Stale ones of OUT are removed first; OUT's parent is created."""
+
+    def __init__(self, out: str | os.PathLike):
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale(out)
+        self.path = temp_folder(out, "work")
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
 
 
 @contextlib.contextmanager

@@ -24,7 +24,6 @@ IN -> OUT/model.onnx (the package's `vision_encoder_fp16.onnx`) + OUT/report.jso
 from __future__ import annotations
 
 import argparse
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from core import report as reports
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.session import open_session
-from core.staging import check_folder_output, staged_folder
+from core.staging import WorkFolder, check_folder_output, staged_folder
 from quantize import fp16_emulation, fp16_plan, outlier_check, quantizers, stage, weight_stage
 from quantize.options import (
     StageRun,
@@ -233,9 +232,8 @@ def run(path: str | Path, out: str | Path, options: Fp16Options, context: StageR
         source = stage.read_input(path, threads)
     data_input = source.family.input_names[0]  # the pixels: the data path starts there (fp16_plan)
     probe = outlier_check.probe_indices(source.layouts)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".fp16-work-", dir=out.parent) as tmp:
-        fp32_file = Path(tmp) / "fp32.onnx"
+    with WorkFolder(out) as tmp:
+        fp32_file = tmp / "fp32.onnx"
         stage.name_nodes(source.model)
         if weights is not None:  # as the int4 stage saw it (weight_stage.prepare)
             unfuse_attention.apply(source.model, {})

@@ -36,7 +36,6 @@ checked at and the CPU.
 from __future__ import annotations
 
 import argparse
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ from core import parity as metrics
 from core import report as reports
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
-from core.staging import check_folder_output, staged_folder
+from core.staging import WorkFolder, check_folder_output, staged_folder
 from quantize import calibration, outlier_check, stage
 from quantize.options import (
     StageRun,
@@ -455,9 +454,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
         source = stage.read_input(path, threads)
     source.model = None  # OpenVINO reads the file
     feeds, about = calibration.stage_set(source.path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".ov-int8-work-", dir=out.parent) as tmp:
-        work_dir = Path(tmp)
+    with WorkFolder(out) as work_dir:
         with step("read IN in OpenVINO", timings):
             fp32 = read_fp32(source.path, work_dir)
         weighted, attention = matmuls(fp32)

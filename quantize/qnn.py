@@ -15,7 +15,6 @@ written), and IN's validation layouts (random pixels, outside any photo's range:
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from core import report as reports
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.session import open_session
-from core.staging import check_folder_output, staged_folder
+from core.staging import WorkFolder, check_folder_output, staged_folder
 from families import of_model
 from quantize import calibration, stage
 from quantize.options import StageRun, check_floor
@@ -171,9 +170,7 @@ def run(path: str | Path, out: str | Path, context: StageRun, min_cosine: float 
         photo_reference = metrics.run_all(fp32, check_feeds)
         calibration_reference = metrics.run_all(fp32, calibration_feeds)
         del fp32
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".qnn-work-", dir=out.parent) as tmp:
-        work = Path(tmp)
+    with WorkFolder(out) as work:
         fp32_file = work / "fp32.onnx"
         stage.name_nodes(source.model)
         onnx_io.save(source.model, fp32_file)

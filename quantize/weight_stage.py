@@ -22,7 +22,7 @@ from core import report as reports
 from core.errors import UsageError
 from core.progress import say, step
 from core.session import open_session
-from core.staging import check_folder_output, staged_folder
+from core.staging import WorkFolder, check_folder_output, staged_folder
 from quantize import outlier_channels, outlier_check, photo_check, quantizers, stage
 from quantize.options import StageRun, WeightChecks, excluded
 from quantize.passes import smooth_activations, unfuse_attention
@@ -38,7 +38,7 @@ class Prepared:
     fp32_file: Path
     nodes: list[tuple[str, str]]
     stressed: outlier_check.Stressed | None
-    folder: tempfile.TemporaryDirectory
+    folder: WorkFolder
     worst: outlier_check.Stressed | None = None
     #: MatMuls that read the model's input, kept fp32 (`quantizers.input_readers`)
     input_readers: list[str] = field(default_factory=list)
@@ -47,6 +47,9 @@ class Prepared:
 #: The prepared inputs of this process, for `StageRun.keep_prepared` (bench.sweep: the stages it runs one after the
 #: other on the same input reuse its reference outputs and outlier-stress copies instead of recomputing them).
 _prepared: dict[tuple, Prepared] = {}
+#: The work folder of `prepare` is `.quantize.work-PID-xxxx` in the output's parent folder (`core.staging.WorkFolder`:
+#: one per process, shared by the int8 and int4 stages of a run; a killed run's is removed by the next).
+WORK_NAME = "quantize"
 
 
 def _key(path: str | Path, context: StageRun) -> tuple:
@@ -86,9 +89,8 @@ def prepare(path: str | Path, context: StageRun, stress: bool, work_parent: Path
         readers = quantizers.input_readers(source.model)
         if not nodes:
             raise no_matmul_error(source.model)
-        work_parent.mkdir(parents=True, exist_ok=True)
-        folder = tempfile.TemporaryDirectory(prefix=".quantize-work-", dir=work_parent)
-        fp32_file = Path(folder.name) / "fp32.onnx"
+        folder = WorkFolder(work_parent / WORK_NAME)
+        fp32_file = folder.path / "fp32.onnx"
         onnx_io.save(source.model, fp32_file)
         source.model = None  # one copy of the weights in memory at a time: the quantizers read the file
         found = Prepared(source, fp32_file, nodes, None, folder, input_readers=readers)

@@ -61,7 +61,7 @@ class Bucket:
 
 def _positive_ints(value, count: int | None = None) -> bool:
     """A list of `count` (any number when None, at least one) positive integers."""
-    return (isinstance(value, list) and len(value) == (count if count is not None else max(len(value), 1))
+    return (isinstance(value, list) and (len(value) == count if count is not None else len(value) > 0)
             and all(_positive_int(v) for v in value))
 
 

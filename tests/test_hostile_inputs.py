@@ -230,6 +230,24 @@ def test_2_stale_temp_folders_of_a_killed_run_are_removed(tmp_path):
     assert json.loads((tmp_path / "out" / "report.json").read_text())["written_files"] == []
 
 
+def test_2_a_killed_stage_s_work_folder_is_removed_by_the_next_run(tmp_path):
+    """The work folders of the qnn, fp16, ov-int8 and int8/int4 stages (`WorkFolder`: their intermediate models,
+    gigabytes at 2B dims; an OOM kill at 2B left 4.6 GiB of them) go the way of the temp folders: the next run writing
+    the same OUT removes a dead process's, keeps a live one's, and removes its own when done."""
+    from core.staging import WorkFolder
+
+    stale = tmp_path / f".qnn.work-{_dead_pid()}-abcd1234"
+    live = tmp_path / f".qnn.work-{os.getpid()}-efgh5678"
+    other = tmp_path / f".notes.work-{_dead_pid()}-abcd1234"  # another OUT's: not this run's to remove
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / "fp32.onnx").write_bytes(b"an intermediate model")
+    with WorkFolder(tmp_path / "qnn") as work:
+        assert work.parent == tmp_path and work.name.startswith(f".qnn.work-{os.getpid()}-")
+        (work / "fp32.onnx").write_bytes(b"x")
+    assert not stale.exists() and live.exists() and other.exists() and not work.exists()
+
+
 def test_2_a_tarball_unpacked_by_a_killed_run_is_removed(qwen_dist, tmp_path, monkeypatch):
     """The same for the temporary folder a package tarball is unpacked into (the whole package, in TMPDIR)."""
     import tempfile

@@ -110,6 +110,20 @@ def test_bucket_rule_ties():
         buckets.choose(10, 10, [])
 
 
+def test_a_bucket_record_without_its_layout_is_refused():
+    """A bucket records the facts of its family's layout (a Qwen grid_thw, Phi-4's image_size and num_crops)."""
+    record = {"size": [64, 64], "variants": [{"name": "fp32", "file": "onnx/a.onnx"}]}
+    with pytest.raises(UsageError, match=r"static_buckets\[0\] lacks its layout's grid_thw"):
+        buckets.read({"family": "qwen3-vl", buckets.KEY: [record]})
+    with pytest.raises(UsageError, match="lacks its layout's num_crops"):
+        buckets.read({"family": "phi-4-mm", buckets.KEY: [{**record, "image_size": [448, 896], "num_crops": 0}]})
+    (bucket,) = buckets.read({"family": "phi-4-mm", buckets.KEY: [{**record, "image_size": [448, 896],
+                                                                    "num_crops": 3}]})
+    assert bucket.layout == {"image_size": [448, 896], "num_crops": 3}
+    assert buckets.layout_text(bucket.layout) == "HD 448x896, 3 crops"
+    assert buckets.layout_text({"grid_thw": [1, 4, 6]}) == "grid 1x4x6"
+
+
 # --- package and verify -------------------------------------------------------------------------------------------
 
 def test_package_ships_the_static_buckets(static_dist, static_build):
