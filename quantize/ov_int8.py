@@ -36,6 +36,7 @@ checked at and the CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -234,8 +235,61 @@ class Quantizer:
 
     def __call__(self, float_names: list[str]):
         nncf = _nncf()
-        return nncf.quantize(self.fp32, nncf.Dataset(self.feeds), **nncf_arguments(
-            self.options, [*self.always_float, *float_names], len(self.feeds), IGNORED_TYPES))
+        with if_bodies_as_ops(self.fp32):
+            return nncf.quantize(self.fp32, nncf.Dataset(self.feeds), **nncf_arguments(
+                self.options, [*self.always_float, *float_names], len(self.feeds), IGNORED_TYPES))
+
+
+def _from_constants(output) -> bool:
+    """Whether an OpenVINO output is computed from constants alone (a weight, maybe converted or reshaped)."""
+    node = output.get_node()
+    if node.get_type_name() in ("Constant",):
+        return True
+    if node.get_type_name() == "Parameter" or node.get_input_size() == 0:
+        return False
+    return all(_from_constants(node.input_value(i)) for i in range(node.get_input_size()))
+
+
+def if_bodies_quantizable(model) -> bool:
+    """Whether an If body of `model` (nested ones too) holds a MatMul with a constant weight not of IGNORED_TYPES:
+    something NNCF would quantize there."""
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "If":
+            continue
+        for body in (op.get_function(0), op.get_function(1)):
+            if if_bodies_quantizable(body) or any(
+                    n.get_type_name() == "MatMul" and _from_constants(n.input_value(1))
+                    for n in body.get_ordered_ops()):
+                return True
+    return False
+
+
+@contextlib.contextmanager
+def if_bodies_as_ops(model):
+    """NNCF's plain path for a model whose If bodies hold nothing it would quantize.
+
+    NNCF 3.4 quantizes a model with If nodes body by body (`native_quantize_if_op_impl`): for each If it compiles the
+    whole model with that node's inputs as extra outputs and runs it over the calibration set to make the bodies'
+    data sets (`_make_dataset_for_if_bodies`): at Qwen3-VL-2B, 24 If nodes (one attention per block) x the
+    calibration set, full passes of the 2B model, per quantization, and the stage quantizes several times (the
+    stress gate, the floor search): hours on 2 cores. The bodies hold the attention only, which the stage leaves
+    float (IGNORED_TYPES): they get no quantizer either way. So while this is open, NNCF's If count reads 0 and it
+    quantizes the main graph, each If one op, its statistics from one pass per calibration item. The IR is the one of
+    the body-by-body path: its weights byte for byte, its graph but for generated node names (tests/test_ov_int8.py,
+    on the tiny model). A model with something to
+    quantize in a body (`if_bodies_quantizable`), or another NNCF version, goes NNCF's own way."""
+    import nncf
+    import nncf.openvino.quantization.quantize_model as nncf_ov
+
+    if nncf.__version__ != NNCF_VERSION or if_bodies_quantizable(model):
+        yield
+        return
+    counted = nncf_ov.get_number_if_op
+    nncf_ov.get_number_if_op = lambda _model: 0
+    try:
+        yield
+    finally:
+        nncf_ov.get_number_if_op = counted
 
 
 def nncf_arguments(options: OvInt8Options, float_names: list[str], items: int, types: tuple[str, ...]) -> dict:
