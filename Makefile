@@ -11,7 +11,7 @@ DYNAMO ?=
 OPS ?=
 FP16 ?=
 # OV_INT8=1: also the OpenVINO INT8 variant (`python -m quantize ov-int8`: NNCF, OpenVINO IR, the package's
-# openvino/vision_encoder_int8.xml; docs/runtime-openvino.md). Opt-in: its gates were run on the tiny models only,
+# openvino/vision_encoder_int8.xml; docs/runtime-openvino.md). Opt-in: its gates were run on the tiny models and Qwen3-VL-2B only,
 # and on the AVX2-only CPU it was measured on it is no faster than fp32 (bench/results/ov-int8-form.md).
 OV_INT8 ?=
 # STATIC=WxH[,WxH...]: static specializations for NPUs instead of the dynamic pipeline (docs/npu.md): per size,
