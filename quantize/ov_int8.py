@@ -243,7 +243,7 @@ class Quantizer:
 def _from_constants(output) -> bool:
     """Whether an OpenVINO output is computed from constants alone (a weight, maybe converted or reshaped)."""
     node = output.get_node()
-    if node.get_type_name() in ("Constant",):
+    if node.get_type_name() == "Constant":
         return True
     if node.get_type_name() == "Parameter" or node.get_input_size() == 0:
         return False
