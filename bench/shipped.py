@@ -1,4 +1,4 @@
-"""`python -m bench.shipped [--model qwen3-vl] [--readme README.md]`: the README's table of what `make export` ships.
+"""`python -m bench.shipped [--model qwen3-vl-2b] [--readme README.md]`: the README's table of what `make export` ships.
 
 The variants a release package holds are the fp32 `optimized` stage and the `int8` / `int4` stages built with the
 flags the model's family ships (`families.shipping.Shipping.flags`, what `make export` runs with `--shipped`). Their measured speed and accuracy come from the last quantization sweep,
@@ -35,7 +35,7 @@ FP32_LABEL = "fp32 (optimized)"
 
 def parse_args(argv: list[str] | None):
     parser = Parser(prog="python -m bench.shipped", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="qwen3-vl", help="build name the sweep ran on (default qwen3-vl)")
+    parser.add_argument("--model", default="qwen3-vl-2b", help="build name the sweep ran on (default qwen3-vl-2b)")
     parser.add_argument("--readme", type=Path, default=ROOT / "README.md", help="file holding the markers")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results",
                         help="folder holding sweep-MODEL.json (default bench/results)")

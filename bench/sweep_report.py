@@ -17,6 +17,7 @@ def _cos(value) -> str:
 
 FLOOR_TEXT = {"token_cosine": ("min per-token cosine (random weights)", "≥"),
               "stress_token_cosine": ("min per-token cosine (realistic outlier stress)", "≥"),
+              "photo_token_cosine": ("min per-token cosine (held-out photos)", "≥"),
               "speedup": ("speed vs optimized fp32", "≥"), "size_ratio": ("size vs fp32", "≤")}
 
 

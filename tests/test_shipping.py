@@ -71,7 +71,18 @@ def test_bench_shipped_reads_the_model_s_family():
     """`bench.shipped` resolves a config name (and an alias) to its family's declared flags."""
     assert shipped.shipped_flags("phi-4-mm-tiny")["int4"] == FAMILIES["phi-4-mm"].shipping.stage_flags("int4")
     assert shipped.shipped_flags("qwen2.5-vl")["int4"][-1] == "150"  # the alias of qwen2.5-vl-3b
-    assert shipped.shipped_flags("qwen3-vl")["int8"] == list(DEFAULT_FLAGS["int8"])
+    assert shipped.shipped_flags("qwen3-vl")["int8"] == [*DEFAULT_FLAGS["int8"], "--nbits-for", "merger"]
+    assert shipped.shipped_flags("qwen3.5")["int8"] == list(DEFAULT_FLAGS["int8"])
+
+
+def test_a_shipped_int8_point_is_one_the_sweep_measures():
+    """Where a family ships INT8 flags of its own, its sweep has that point (bench.shipped finds its figures)."""
+    for name, family in FAMILIES.items():
+        declared = family.shipping
+        if "int8" in declared.flags:
+            wanted = shipped.options("int8", declared.stage_flags("int8"))
+            assert any(shipped.options(stage, flags) == wanted for _, stage, flags in sweep.points(declared)
+                       if stage == "int8"), name
 
 
 def _family_model(path, family: str | None) -> None:

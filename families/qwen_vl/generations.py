@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from families.shipping import GenaiType, Shipping, int4_flags
+from families.shipping import DEFAULT_FLAGS, GenaiType, Shipping, int4_flags
 
 #: OpenAI CLIP's normalisation, Qwen2-VL's and Qwen2.5-VL's image_mean / image_std.
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -115,9 +115,18 @@ QWEN2_5_VL = Generation(
     shipping=Shipping(tiny_config="qwen2.5-vl-tiny", int4_matmuls=(37, 75, 112, 150), sweep_cases=_SWEEP_CASES,
                       flags={"int4": int4_flags(150)}, int8_nbits_for=("down_proj", r"down_proj|attn\.proj"),
                       genai=GenaiType("qwen2_5_vl", "qwen2_5_image_processor", {"qwen2_5_vl": 1})))
+# Qwen3-VL's INT8 runs its four mergers' MatMuls (the main merger and the three deepstack mergers: a LayerNorm'd
+# concat of 4 patches, 4096 wide, through a 2-layer MLP into the language model's space) by 8-bit MatMulNBits, whose
+# activations are quantized per token and block of 32 instead of one scale per tensor. Qwen3-VL-2B at published dims
+# (random weights, 2026-11-27, AMD EPYC Zen 3, AVX2 only): with the default flags the INT8 reaches min per-token
+# cosine 0.99782 on the held-out photos (`quantize/photo_check.py`), under the 0.998 floor with which `--engine auto`
+# takes a variant, so the default path ran fp32; the figures with the mergers by MatMulNBits: docs/quantization.md
+# ("Qwen3-VL ships --nbits-for merger").
+# Keeping the mergers float instead would hold their 100.7 M weights in fp32 (+300 MB).
 QWEN3_VL = Generation(
     family="qwen3-vl", title="Qwen3-VL vision encoder", model_type="qwen3_vl", processor=_QWEN3, deepstack=True,
     shipping=Shipping(tiny_config="qwen3-vl-tiny", int4_matmuls=(24, 48, 72, 96), sweep_cases=_SWEEP_CASES,
+                      flags={"int8": (*DEFAULT_FLAGS["int8"], "--nbits-for", "merger")}, int8_nbits_for=("merger",),
                       genai=_GENAI_QWEN3))
 # Qwen3.5's genai type reads Qwen3-VL's processor.
 QWEN3_5 = Generation(
