@@ -35,7 +35,7 @@ from core import onnx_io, parity
 from core.machine import machine
 from core.session import open_session
 from families import of_model
-from families.shipping import Shipping
+from families.shipping import Shipping, int8_nbits_flags
 from release.variants import QUANTIZED
 from runtime import smoke
 
@@ -73,9 +73,8 @@ def _readable(pattern: str) -> str:
 def points(shipping: Shipping) -> list[tuple[str, str, list[str]]]:
     """POINTS plus the family's own (its declared `Shipping`): dynamic INT8 with the MatMuls matching each of
     `int8_nbits_for` by MatMulNBits, and INT4 with `int4_matmuls` of the most sensitive MatMuls at 8 bits."""
-    dynamic = ["--method", "dynamic", "--reduce-range", "--outliers", "exclude"]
-    nbits = [(f"int8 dynamic 7-bit, {_readable(pattern)} nbits", "int8",
-              [*dynamic, "--nbits-for", pattern]) for pattern in shipping.int8_nbits_for]
+    nbits = [(f"int8 dynamic 7-bit, {_readable(pattern)} nbits", "int8", list(int8_nbits_flags(pattern)))
+             for pattern in shipping.int8_nbits_for]
     return POINTS + nbits + [
         (f"int4 b128 asym a4, {n} MatMuls 8-bit", "int4",
          ["--block-size", "128", "--asymmetric", "--accuracy-level", "4", "--outliers", "report",

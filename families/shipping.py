@@ -28,6 +28,11 @@ DEFAULT_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
+def int8_nbits_flags(pattern: str) -> tuple[str, ...]:
+    """The default INT8 point with the MatMuls matching `pattern` by 8-bit MatMulNBits (`--nbits-for`)."""
+    return (*DEFAULT_FLAGS["int8"], "--nbits-for", pattern)
+
+
 def int4_flags(int8_matmuls: int) -> tuple[str, ...]:
     """The shipped INT4 point with `int8_matmuls` of the most sensitive MatMuls at 8 bits instead of DEFAULT_FLAGS'."""
     return (*DEFAULT_FLAGS["int4"][:-1], str(int8_matmuls))

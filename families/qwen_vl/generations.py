@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from families.shipping import DEFAULT_FLAGS, GenaiType, Shipping, int4_flags
+from families.shipping import GenaiType, Shipping, int4_flags, int8_nbits_flags
 
 #: OpenAI CLIP's normalisation, Qwen2-VL's and Qwen2.5-VL's image_mean / image_std.
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -126,7 +126,7 @@ QWEN2_5_VL = Generation(
 QWEN3_VL = Generation(
     family="qwen3-vl", title="Qwen3-VL vision encoder", model_type="qwen3_vl", processor=_QWEN3, deepstack=True,
     shipping=Shipping(tiny_config="qwen3-vl-tiny", int4_matmuls=(24, 48, 72, 96), sweep_cases=_SWEEP_CASES,
-                      flags={"int8": (*DEFAULT_FLAGS["int8"], "--nbits-for", "merger")}, int8_nbits_for=("merger",),
+                      flags={"int8": int8_nbits_flags("merger")}, int8_nbits_for=("merger",),
                       genai=_GENAI_QWEN3))
 # Qwen3.5's genai type reads Qwen3-VL's processor.
 QWEN3_5 = Generation(
