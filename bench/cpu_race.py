@@ -111,22 +111,23 @@ def default_path(build: Path) -> tuple[str, str]:
     return f"{engine} {kind}", choice.line()
 
 
-def cases(build: Path, sizes: list[int], video: int) -> dict[str, dict[str, np.ndarray]]:
-    """{case: feeds}: PHOTO at each size through the package's processor, then a `video`-frame 448^2 video."""
+def cases(model: Path, sizes: list[int], video: int, processor: Path | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """{case: feeds}: PHOTO at each size through the processor of `model` (the one its release package will hold,
+    or the folder `processor`), then a `video`-frame 448^2 video."""
     from families import of_model
     from quantize import calibration
 
-    model = build / "optimized" / "model.onnx"
     found = {}
     for size in sizes:
-        found[f"{size}x{size}"] = calibration.for_model(model, photos=(PHOTO,), sizes=((size, size),), video=False)[0]
+        found[f"{size}x{size}"] = calibration.for_model(model, processor, photos=(PHOTO,), sizes=((size, size),),
+                                                        video=False)[0]
     if video:
         rocket = calibration.photo("rocket")
         frames = [(Path(f"frame {k}"), calibration.resized(np.ascontiguousarray(rocket[:, 12 * k: 12 * k + 480]),
                                                            (448, 448))) for k in range(video)]
         metadata = onnx_io.metadata(model)
         with tempfile.TemporaryDirectory() as tmp:
-            folder = calibration.processor_folder(calibration.export_report(model), metadata, tmp)
+            folder = processor or calibration.processor_folder(calibration.export_report(model), metadata, tmp)
             pack = of_model(metadata, str(model)).processing.embed_pack(folder, [], frames)
         found[f"video {video}x448x448"] = dict(pack.feeds)
     return found
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": load_average(),
               "default": default, "default_line": default_line, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="cpu-race-") as tmp:
-        feeds = cases(args.build, sizes, args.video) if sizes or args.video else {}
+        feeds = cases(args.build / "optimized" / "model.onnx", sizes, args.video) if sizes or args.video else {}
         for threads in (int(t) for t in args.threads.split(",") if feeds):
             run = race(args.build, feeds, threads, args.reps, Path(tmp))
             run["peaks_tflops"] = peaks(threads)

@@ -1,0 +1,316 @@
+"""`python -m bench.gpu_webgpu`: the fp16 and q4f16 variants on a GPU through ONNX Runtime's WebGPU EP (Vulkan),
+against PyTorch bf16 on the same GPU, accuracy against fp32 (issue 33, item 6: the project's first GPU times).
+
+The GPU is the device tool's machine (an NVIDIA H100 or H200), which takes 64 MiB of files per call and fetches
+nothing, so the work is split:
+
+`prepare BUILD OUT` (here): the build's fp32 (optimized), fp16 and q4f16 files stripped of their weights
+(`bench.weightless`: a seed and each weight's statistics; every derived initializer checked bit for bit against
+the stage's file), the processor folder the release package will hold, and OUT/prepared.json (model config and
+weight seed of the export, for PyTorch's tower).
+
+`run FOLDER OUT --home DIR` (on the GPU machine, with onnxruntime-webgpu importable as `onnxruntime`):
+1. `bench.weightless rebuild`: fp32, fp16 and q4f16 with the reseeded weights (sha256 of every initializer checked);
+2. `runtime webgpu-check`'s check on them (as a package: fp32, fp16 floor 0.999, q4f16 floor 0.98): the attention
+   canary, then every variant at every validation layout on WebGPU against the CPU EP's fp32, and the nodes left
+   on the CPU EP. DIR holds env.sh (Vulkan: the NVIDIA driver's ICD) and venv/bin/python, as `--webgpu` wants;
+3. the race, one process, interleaved: PyTorch fp32 and bf16 on CUDA (transformers' tower with sdpa attention, the
+   export's config, its weights replaced by the rebuilt fp32's, TF32 off) and ONNX Runtime WebGPU fp32, fp16 and
+   q4f16, on real photos (scikit-image's astronaut at 448^2 and 1024^2, 8 rocket frames as a 448^2 video) through
+   the package's processor; numpy in and numpy out for every path (host-device copies included, as a user calls
+   it); a warm-up run each (its outputs give the accuracy, its seconds the first-run cost: shader compilation on
+   WebGPU), then REPS rounds. Accuracy: min per-token cosine over every output against ONNX Runtime's CPU EP on
+   the rebuilt fp32. Writes OUT/gpu-webgpu.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench import weightless
+from core import onnx_io
+from core.parity import min_token_cosine
+from core.progress import say
+
+TAG = "gpu-webgpu"
+VARIANTS = {"fp32": "optimized", "fp16": "fp16", "q4f16": "q4f16"}
+#: The floors `runtime webgpu-check` holds each variant to (the fp16 and q4f16 stages' defaults).
+FLOORS = {"fp16": 0.999, "q4f16": 0.98}
+REFERENCE = "ORT CPU fp32"
+BASELINE = "PyTorch bf16"
+PYTORCH_FP32 = "PyTorch fp32"
+SIZES = (448, 1024)
+VIDEO = 8
+REPS = 10
+
+
+def prepare(build: Path, out: Path) -> None:
+    """The `prepare` step (module docstring)."""
+    from quantize import calibration
+
+    fp32 = build / "optimized" / "model.onnx"
+    files = {name: build / stage / "model.onnx" for name, stage in VARIANTS.items()}
+    missing = [str(p) for p in files.values() if not p.exists()]
+    if missing:
+        raise SystemExit(f"error: missing {', '.join(missing)}: run `make export MODEL=... FP16=1` first")
+    weightless.strip(fp32, out, files)
+    export = calibration.export_report(fp32)
+    calibration.processor_folder(export, onnx_io.metadata(fp32), out / "processor")
+    (out / "prepared.json").write_text(json.dumps({"config": export["model"], "seed": export.get("seed", 0),
+                                                   "build": str(build)}, indent=1) + "\n")
+    say(f"prepared {out}", TAG)
+
+
+def torch_tower(config: str, seed: int, fp32: Path):
+    """transformers' tower of `config` (builders.qwen_vl.model.build_random: its constant biases and norms) with
+    every weight of the ONNX fp32 file loaded into it: ONNX `visual.K` is torch `K`, `visual.K.matmul` its
+    transpose (reshaped to K's shape: the patch embedding as a MatMul). Every weight of at least
+    weightless.MIN_ELEMENTS values must land (ValueError otherwise)."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    from builders.config import load_config
+    from builders.qwen_vl.model import build_random
+
+    model = build_random(load_config(config), seed)
+    inits = {i.name: i for i in onnx.load(str(fp32)).graph.initializer}
+    state, used = model.state_dict(), set()
+    for key, tensor in state.items():
+        for name, transposed in ((f"visual.{key}", False), (key, False), (f"visual.{key}.matmul", True),
+                                 (f"{key}.matmul", True)):
+            if name in inits:
+                value = numpy_helper.to_array(inits[name])
+                value = value.T if transposed else value
+                if value.size == tensor.numel():
+                    tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)).reshape(tensor.shape))
+                    used.add(name)
+                    break
+    big = {n for n, i in inits.items() if i.data_type == onnx.TensorProto.FLOAT
+           and int(np.prod(i.dims, dtype=np.int64)) >= weightless.MIN_ELEMENTS}
+    if big - used:
+        raise ValueError(f"ONNX weights with no torch parameter: {sorted(big - used)[:5]}")
+    model.config._attn_implementation = "sdpa"
+    return model.eval()
+
+
+class TorchPath:
+    """A tower on `device` in `dtype`: numpy feeds in, float32 numpy outputs (merged features, then DeepStack's) out
+    (pixels and grid moved to the device as a user moves the processor's output)."""
+
+    def __init__(self, model, dtype, device: str):
+        import torch
+
+        self.torch, self.dtype, self.device = torch, dtype, device
+        self.model = model.to(device=device, dtype=dtype)
+
+    def run(self, feeds: dict) -> list[np.ndarray]:
+        torch = self.torch
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(feeds["pixel_values"]).to(self.device, self.dtype),
+                             grid_thw=torch.from_numpy(feeds["grid_thw"]).to(self.device), return_dict=True)
+            return [t.float().cpu().numpy() for t in (out.pooler_output, *getattr(out, "deepstack_features", ()))]
+
+
+class OrtPath:
+    """An ONNX Runtime session on `providers`: numpy feeds in, numpy outputs out."""
+
+    def __init__(self, path: Path, providers: list[str]):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(path), options, providers=providers)
+        self.providers = self.session.get_providers()
+
+    def run(self, feeds: dict) -> list[np.ndarray]:
+        return self.session.run(None, feeds)
+
+
+def gpu_facts() -> dict:
+    """The GPU and driver (nvidia-smi), torch and onnxruntime versions."""
+    import onnxruntime
+    import torch
+
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        gpu = "no GPU (nvidia-smi absent)"
+    return {"gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "onnxruntime": onnxruntime.__version__, "python": platform.python_version(), "cpu_cores": os.cpu_count(),
+            "vulkan_driver_files": os.environ.get("VK_DRIVER_FILES") or os.environ.get("VK_ICD_FILENAMES")}
+
+
+def race(models: dict[str, Path], prepared: dict, case_feeds: dict, reps: int, device: str = "cuda") -> dict:
+    """The race of the module docstring's step 3: {case: {label: {...}}, ...}."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    say("CPU EP fp32 reference", TAG)
+    cpu = OrtPath(models["fp32"], ["CPUExecutionProvider"])
+    reference = {case: cpu.run(feeds) for case, feeds in case_feeds.items()}
+    del cpu
+    say(f"PyTorch towers on {device}", TAG)
+    tower = torch_tower(prepared["config"], prepared["seed"], models["fp32"])
+    paths = {BASELINE: TorchPath(copy.deepcopy(tower), torch.bfloat16, device),
+             PYTORCH_FP32: TorchPath(tower, torch.float32, device)}
+    load, failed = {}, {}
+    for name in ("fp32", "fp16", "q4f16"):
+        label = f"ORT WebGPU {name}"
+        start = time.perf_counter()
+        try:
+            path = OrtPath(models[name], ["WebGpuExecutionProvider", "CPUExecutionProvider"])
+        except Exception as err:  # noqa: BLE001 - a path that cannot open is reported, the others still race
+            failed[label] = " ".join(f"{type(err).__name__}: {err}".split())
+            say(f"{label}: no session: {failed[label]}", TAG)
+            continue
+        load[label] = round(time.perf_counter() - start, 2)
+        paths[label] = path
+        say(f"{label}: session in {load[label]} s ({path.providers})", TAG)
+    result = {"load_s": load, "failed": failed, "cases": {}}
+    for case, feeds in case_feeds.items():
+        first, outputs = {}, {}
+        for label, path in paths.items():
+            start = time.perf_counter()
+            outputs[label] = path.run(feeds)
+            first[label] = round(time.perf_counter() - start, 4)
+        times = {label: [] for label in paths}
+        for _ in range(reps):
+            for label, path in paths.items():
+                start = time.perf_counter()
+                path.run(feeds)
+                times[label].append(time.perf_counter() - start)
+        base = statistics.median(times[BASELINE])
+        result["cases"][case] = {label: {
+            "median_s": round(statistics.median(t), 5), "times_s": [round(x, 5) for x in t], "first_s": first[label],
+            "vs_pytorch_bf16": round(base / statistics.median(t), 3),
+            "min_token_cosine": min(min_token_cosine(o, r) for o, r in zip(outputs[label], reference[case])),
+            "grid_thw": feeds["grid_thw"].tolist()} for label, t in times.items()}
+        result["cases"][case][BASELINE]["min_token_cosine_vs_pytorch_fp32"] = min(
+            min_token_cosine(o, r) for o, r in zip(outputs[BASELINE], outputs[PYTORCH_FP32]))
+        say(f"{case}: " + ", ".join(f"{k} {v['median_s'] * 1e3:.1f} ms" for k, v in result["cases"][case].items()),
+            TAG)
+    if device == "cuda":
+        result["peak_cuda_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return result
+
+
+def markdown(report: dict) -> str:
+    """The tables of docs/benchmarks.md's GPU section."""
+    facts = report["machine"]
+    lines = [(f"{report['prepared']['config']} vision encoder on **{facts['gpu']}** ({facts['cpu_cores']} CPU cores), "
+             f"torch {facts['torch']} (CUDA {facts['cuda']}), onnxruntime-webgpu {facts['onnxruntime']} on Vulkan "
+             f"(driver {facts['vulkan_driver_files']}). Command: `python -m bench.gpu_webgpu run` "
+             "(bench/gpu_webgpu.py). Weights: the export's random-weight files reseeded (`bench.weightless`: same "
+             "graphs, same quantization and float16 plan, same weight statistics; every initializer's sha256 "
+             "checked). Inputs: real photos through the package's processor. Times: median of "
+             f"{report['reps']} interleaved rounds, numpy in and out (host-device copies included); first: the "
+             "warm-up run (WebGPU compiles its shaders then). Accuracy: min per-token cosine over every output "
+             "against ONNX Runtime's CPU EP on the fp32 file."), ""]
+    race = report.get("race", {})
+    for case, paths in race.get("cases", {}).items():
+        lines += [f"**{case}** (grid_thw {next(iter(paths.values()))['grid_thw']})", "",
+                  "| path | median (ms) | vs PyTorch bf16 | first run (ms) | min per-token cosine vs fp32 |",
+                  "|---|---:|---:|---:|---:|"]
+        for label, r in paths.items():
+            lines.append(f"| {label} | {r['median_s'] * 1e3:.1f} | {r['vs_pytorch_bf16']:.2f}x | "
+                         f"{r['first_s'] * 1e3:.0f} | {r['min_token_cosine']:.5f} |")
+        bf16 = paths.get(BASELINE, {}).get("min_token_cosine_vs_pytorch_fp32")
+        if bf16 is not None:
+            lines.append(f"\nPyTorch bf16 against PyTorch fp32 (same weights, same GPU): {bf16:.5f}.")
+        lines.append("")
+    check = report.get("webgpu_check")
+    if check:
+        lines += [("`runtime webgpu-check` on the rebuilt variants (every validation layout, random inputs, seed 0; "
+                  "against the CPU EP's fp32):"), "",
+                  ("| variant | layouts | min per-token cosine | floor | finite | on the CPU EP besides shapes | "
+                  "seconds, all layouts |"), "|---|---:|---:|---:|:---:|---|---:|"]
+        for v in check["variants"]:
+            if "error" in v:
+                lines.append(f"| {v['variant']} | – | FAILED: {v['error']} | {v['floor']} | – | – | – |")
+                continue
+            cpu = ", ".join(f"{op} x{n}" for op, n in v["on_cpu"].items() if op.startswith("com.microsoft")
+                            or op in ("MatMul", "MatMulInteger", "Conv", "Softmax")) or "–"
+            lines.append(f"| {v['variant']} | {len(v['cases'])} | {v['min_token_cosine']:.5f} | {v['floor']} | "
+                         f"{'yes' if v['finite'] else 'NO'} | {cpu} | {v['seconds']:.1f} |")
+        canary = check.get("attention_canary", {})
+        lines += ["", "Attention canary (MultiHeadAttention 16 x 64 against the CPU EP): " + "; ".join(
+            f"{d} {'right' if c.get('ok') else 'WRONG'} (max abs diff "
+            f"{max((x for x in c.get('max_abs', {}).values() if isinstance(x, float)), default=float('nan')):.2g})"
+            for d, c in canary.items()), ""]
+    return "\n".join(lines) + "\n"
+
+
+def run(folder: Path, out: Path, home: Path, reps: int, sizes: list[int], video: int, device: str) -> int:
+    """The `run` step (module docstring); exit 0 when the check held, 1 otherwise."""
+    from bench.cpu_race import cases
+    from runtime import webgpu
+
+    models_dir = Path("/tmp/gpu-webgpu-models")
+    prepared = json.loads((folder / "prepared.json").read_text())
+    start = time.perf_counter()
+    models = weightless.rebuild(folder, models_dir)
+    report = {"prepared": prepared, "machine": gpu_facts(), "reps": reps,
+              "rebuild_s": round(time.perf_counter() - start, 1)}
+    say(f"rebuilt in {report['rebuild_s']} s", TAG)
+    manifest = {"name": f"{prepared['config']} (reseeded)", "family": onnx_io.metadata(models["fp32"])["family"],
+                "variants": []}
+    for name in ("fp32", "fp16", "q4f16"):
+        variant = {"name": name, "file": f"{name}/model.onnx"}
+        if name in FLOORS:
+            variant["quantization"] = {"min_cosine": FLOORS[name]}
+        manifest["variants"].append(variant)
+    (models_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    try:
+        say("webgpu-check on the rebuilt variants", TAG)
+        report["webgpu_check"] = webgpu.check(models_dir, home, None, timeout=900.0)
+    except Exception as err:  # noqa: BLE001 - the race still runs; the failure is in the report
+        report["webgpu_check_error"] = f"{type(err).__name__}: {err}"
+        say(f"webgpu-check failed: {report['webgpu_check_error']}", TAG)
+    (out / "gpu-webgpu.json").write_text(json.dumps(report, indent=1) + "\n")
+    feeds = cases(models["fp32"], sizes, video, processor=folder / "processor")
+    report["race"] = race(models, prepared, feeds, reps, device)
+    (out / "gpu-webgpu.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "gpu-webgpu.md").write_text(markdown(report))
+    say(f"wrote {out}/gpu-webgpu.json and .md", TAG)
+    return 0 if report.get("webgpu_check", {}).get("ok") else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu_webgpu", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("build", type=Path)
+    p.add_argument("out", type=Path)
+    r = sub.add_parser("run")
+    r.add_argument("folder", type=Path)
+    r.add_argument("out", type=Path)
+    r.add_argument("--home", type=Path, required=True, help="the WebGPU install: env.sh and venv/bin/python")
+    r.add_argument("--reps", type=int, default=REPS)
+    r.add_argument("--sizes", default=",".join(map(str, SIZES)), help="photo squares (default %(default)s)")
+    r.add_argument("--video", type=int, default=VIDEO, help="frames of the 448^2 video (0: none)")
+    r.add_argument("--torch-device", default="cuda", help="PyTorch's device (cpu: a dry run without a GPU)")
+    args = parser.parse_args(argv)
+    if args.command == "prepare":
+        prepare(args.build, args.out)
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    return run(args.folder, args.out, args.home, args.reps, sizes, args.video, args.torch_device)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
