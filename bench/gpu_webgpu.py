@@ -94,7 +94,7 @@ def torch_tower(config: str, seed: int, fp32: Path):
                 value = numpy_helper.to_array(inits[name])
                 value = value.T if transposed else value
                 if value.size == tensor.numel():
-                    tensor.copy_(torch.from_numpy(np.ascontiguousarray(value)).reshape(tensor.shape))
+                    tensor.copy_(torch.from_numpy(np.array(value)).reshape(tensor.shape))
                     used.add(name)
                     break
     big = {n for n, i in inits.items() if i.data_type == onnx.TensorProto.FLOAT

@@ -7,17 +7,16 @@
 # WHEELS: wheels for that Python, installed with --no-deps into /tmp/site (first on PYTHONPATH): onnxruntime-webgpu
 #         (imported as onnxruntime there: the WebGPU EP, and the CPU EP of the fp32 reference), and transformers with
 #         what its pinned version needs beyond the machine's own packages;
-# DEBS:   the Vulkan loader (libvulkan1 .deb), unpacked into / only when the machine has no libvulkan.so.1;
+# DEBS:   the Vulkan loader and GL vendor-neutral dispatch (libvulkan1, libglvnd0, ... .debs) the NVIDIA driver's ICD
+#         loads, unpacked into /;
 # FOLDER: what `python -m bench.gpu_webgpu prepare BUILD FOLDER` wrote;
 # OUT:    receives gpu-webgpu.json and gpu-webgpu.md.
 # The WebGPU install `runtime webgpu-check` wants (--webgpu DIR: env.sh + venv/bin/python) is made in
 # /tmp/webgpu-home: env.sh selects the NVIDIA driver's Vulkan ICD, venv/bin/python is this Python.
 set -euo pipefail
 wheels=$1 debs=$2 folder=$3 out=$4
-if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
-    for f in "$debs"/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-fi
+for f in "$debs"/*.deb; do if [ -e "$f" ]; then dpkg -x "$f" /; fi; done
+ldconfig
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 icd=$(ls /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
