@@ -9,7 +9,8 @@ nothing, so the work is split:
 the stage's file), the processor folder the release package will hold, and OUT/prepared.json (model config and
 weight seed of the export, for PyTorch's tower).
 
-`run FOLDER OUT --home DIR` (on the GPU machine, with onnxruntime-webgpu importable as `onnxruntime`):
+`run FOLDER OUT [--home DIR]` (on the GPU machine, with onnxruntime-webgpu importable as `onnxruntime`;
+bench/gpu_webgpu_device.sh sets it up there):
 1. `bench.weightless rebuild`: fp32, fp16 and q4f16 with the reseeded weights (sha256 of every initializer checked);
 2. `runtime webgpu-check`'s check on them (as a package: fp32, fp16 floor 0.999, q4f16 floor 0.98): the attention
    canary, then every variant at every validation layout on WebGPU against the CPU EP's fp32, and the nodes left
@@ -254,7 +255,53 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(folder: Path, out: Path, home: Path, reps: int, sizes: list[int], video: int, device: str) -> int:
+def profile(model: Path, feeds: dict, runs: int = 3) -> dict:
+    """ONNX Runtime's profiler on WebGPU: `runs` runs of `feeds`, the last one summed per (EP, op) on the host's
+    clock (a WebGPU kernel's time is its dispatch; the GPU's work shows up where the host waits for it: the copies
+    to the CPU EP). {run_ms, by_op: [{provider, op, count, ms}], largest first}."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path("/tmp") / f"gpu-webgpu-{model.parent.name}")
+    session = ort.InferenceSession(str(model), options, providers=["WebGpuExecutionProvider", "CPUExecutionProvider"])
+    for _ in range(runs):
+        session.run(None, feeds)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    last = [e for e in events if e.get("name") == "model_run"][-1]
+    begin, end = last["ts"], last["ts"] + last["dur"]
+    totals: dict[tuple, list] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not begin <= e["ts"] <= end or not e["name"].endswith("_kernel_time"):
+            continue
+        key = (e.get("args", {}).get("provider", "?"), e.get("args", {}).get("op_name", "?"))
+        totals.setdefault(key, [0, 0.0])
+        totals[key][0] += 1
+        totals[key][1] += e["dur"] / 1e3
+    by_op = [{"provider": p, "op": o, "count": c, "ms": round(ms, 2)} for (p, o), (c, ms) in
+             sorted(totals.items(), key=lambda item: -item[1][1])]
+    return {"run_ms": round(last["dur"] / 1e3, 2), "by_op": by_op}
+
+
+def run_profile(folder: Path, out: Path, sizes: list[int]) -> int:
+    """`profile`: the rebuilt fp16 and q4f16 profiled at each photo size (ONNX Runtime's profiler, `profile`)."""
+    from bench.cpu_race import cases
+
+    models = weightless.rebuild(folder, Path("/tmp/gpu-webgpu-models"), ["fp16", "q4f16"])
+    feeds = cases(models["fp16"], sizes, 0, processor=folder / "processor")
+    report = {"machine": gpu_facts(), "profiles": {}}
+    for name, model in models.items():
+        for case, feed in feeds.items():
+            report["profiles"][f"{name} {case}"] = result = profile(model, feed)
+            say(f"{name} {case}: run {result['run_ms']} ms; " + ", ".join(
+                f"{r['provider'].replace('ExecutionProvider', '')} {r['op']} x{r['count']} {r['ms']} ms"
+                for r in result["by_op"][:8]), TAG)
+    (out / "gpu-webgpu-profile.json").write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+def run(folder: Path, out: Path, home: Path | None, reps: int, sizes: list[int], video: int, device: str) -> int:
     """The `run` step (module docstring); exit 0 when the check held, 1 otherwise."""
     from bench.cpu_race import cases
     from runtime import webgpu
@@ -298,17 +345,24 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("folder", type=Path)
     r.add_argument("out", type=Path)
-    r.add_argument("--home", type=Path, required=True, help="the WebGPU install: env.sh and venv/bin/python")
+    r.add_argument("--home", type=Path, help="the WebGPU install: env.sh and venv/bin/python (default: "
+                   "$VLM_WEBGPU_HOME, else ./.webgpu)")
     r.add_argument("--reps", type=int, default=REPS)
     r.add_argument("--sizes", default=",".join(map(str, SIZES)), help="photo squares (default %(default)s)")
     r.add_argument("--video", type=int, default=VIDEO, help="frames of the 448^2 video (0: none)")
     r.add_argument("--torch-device", default="cuda", help="PyTorch's device (cpu: a dry run without a GPU)")
+    f = sub.add_parser("profile", help="ONNX Runtime's profiler on the rebuilt fp16 and q4f16 at each photo size")
+    f.add_argument("folder", type=Path)
+    f.add_argument("out", type=Path)
+    f.add_argument("--sizes", default=",".join(map(str, SIZES)))
     args = parser.parse_args(argv)
     if args.command == "prepare":
         prepare(args.build, args.out)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.command == "profile":
+        return run_profile(args.folder, args.out, sizes)
     return run(args.folder, args.out, args.home, args.reps, sizes, args.video, args.torch_device)
 
 
