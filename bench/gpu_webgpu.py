@@ -14,7 +14,8 @@ bench/gpu_webgpu_device.sh sets it up there):
 1. `bench.weightless rebuild`: fp32, fp16 and q4f16 with the reseeded weights (sha256 of every initializer checked);
 2. `runtime webgpu-check`'s check on them (as a package: fp32, fp16 floor 0.999, q4f16 floor 0.98): the attention
    canary, then every variant at every validation layout on WebGPU against the CPU EP's fp32, and the nodes left
-   on the CPU EP. DIR holds env.sh (Vulkan: the NVIDIA driver's ICD) and venv/bin/python, as `--webgpu` wants;
+   on the CPU EP. DIR (default $VLM_WEBGPU_HOME) holds env.sh (Vulkan: the NVIDIA driver's ICD) and
+   venv/bin/python, as `--webgpu` wants;
 3. the race, one process, interleaved: PyTorch fp32 and bf16 on CUDA (transformers' tower with sdpa attention, the
    export's config, its weights replaced by the rebuilt fp32's, TF32 off) and ONNX Runtime WebGPU fp32, fp16 and
    q4f16, on real photos (scikit-image's astronaut at 448^2 and 1024^2, 8 rocket frames as a 448^2 video) through
@@ -22,6 +23,15 @@ bench/gpu_webgpu_device.sh sets it up there):
    it); a warm-up run each (its outputs give the accuracy, its seconds the first-run cost: shader compilation on
    WebGPU), then REPS rounds. Accuracy: min per-token cosine over every output against ONNX Runtime's CPU EP on
    the rebuilt fp32. Writes OUT/gpu-webgpu.json and .md.
+
+`profile FOLDER OUT [--sizes 448,1024]` (on the GPU machine): the rebuilt fp16 and q4f16 under ONNX Runtime's
+profiler at each photo size, the last of three runs summed per (EP, op): OUT/gpu-webgpu-profile.json.
+
+`cpu-accuracy FOLDER OUT` (anywhere): the race's cases on ONNX Runtime's CPU EP, fp16 and q4f16 against fp32:
+OUT/gpu-webgpu-cpu-ep.json (what the variants hold without WebGPU).
+
+On the device tool's machine: `bash bench/gpu_webgpu_device.sh WHEELS DEBS run|profile FOLDER OUT` (docs/benchmarks.md,
+"GPU: WebGPU against PyTorch").
 """
 
 from __future__ import annotations
@@ -301,6 +311,29 @@ def run_profile(folder: Path, out: Path, sizes: list[int]) -> int:
     return 0
 
 
+def run_cpu_accuracy(folder: Path, out: Path, sizes: list[int], video: int) -> int:
+    """`cpu-accuracy`: the race's cases on ONNX Runtime's CPU EP (this machine's), each rebuilt variant against the
+    rebuilt fp32: what the variants hold without WebGPU. OUT/gpu-webgpu-cpu-ep.json."""
+    from bench.cpu_race import cases
+
+    models = weightless.rebuild(folder, Path(out) / "models")
+    feeds = cases(models["fp32"], sizes, video, processor=folder / "processor")
+    fp32 = OrtPath(models["fp32"], ["CPUExecutionProvider"])
+    reference = {case: fp32.run(feed) for case, feed in feeds.items()}
+    del fp32
+    result = {}
+    for name in ("fp16", "q4f16"):
+        session = OrtPath(models[name], ["CPUExecutionProvider"])
+        result[name] = {case: min(min_token_cosine(o, r) for o, r in zip(session.run(feed), reference[case]))
+                        for case, feed in feeds.items()}
+        say(f"{name} on the CPU EP: " + ", ".join(f"{c} {v:.5f}" for c, v in result[name].items()), TAG)
+    import onnxruntime
+
+    (out / "gpu-webgpu-cpu-ep.json").write_text(json.dumps(
+        {"onnxruntime": onnxruntime.__version__, "min_token_cosine_vs_fp32": result}, indent=1) + "\n")
+    return 0
+
+
 def run(folder: Path, out: Path, home: Path | None, reps: int, sizes: list[int], video: int, device: str) -> int:
     """The `run` step (module docstring); exit 0 when the check held, 1 otherwise."""
     from bench.cpu_race import cases
@@ -351,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--sizes", default=",".join(map(str, SIZES)), help="photo squares (default %(default)s)")
     r.add_argument("--video", type=int, default=VIDEO, help="frames of the 448^2 video (0: none)")
     r.add_argument("--torch-device", default="cuda", help="PyTorch's device (cpu: a dry run without a GPU)")
+    c = sub.add_parser("cpu-accuracy", help="the race's cases on the CPU EP: each variant against fp32")
+    c.add_argument("folder", type=Path)
+    c.add_argument("out", type=Path)
+    c.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    c.add_argument("--video", type=int, default=VIDEO)
     f = sub.add_parser("profile", help="ONNX Runtime's profiler on the rebuilt fp16 and q4f16 at each photo size")
     f.add_argument("folder", type=Path)
     f.add_argument("out", type=Path)
@@ -363,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.command == "profile":
         return run_profile(args.folder, args.out, sizes)
+    if args.command == "cpu-accuracy":
+        return run_cpu_accuracy(args.folder, args.out, sizes, args.video)
     return run(args.folder, args.out, args.home, args.reps, sizes, args.video, args.torch_device)
 
 
