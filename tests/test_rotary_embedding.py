@@ -96,6 +96,9 @@ def test_q_and_k_rotations_become_rotary_embedding_with_the_same_outputs(form):
     rotary = [n for n in model.graph if n.op_type == "RotaryEmbedding"]
     assert len(rotary) == 2 and all(n.domain == "com.microsoft" for n in rotary)
     assert all(n.attributes.get_int("num_heads") == H and n.attributes.get_int("interleaved") == 0 for n in rotary)
+    # one position-ids value for every fused node (the same arange(N)): a GPU runtime uploads it once
+    assert rotary[1].inputs[1] is rotary[0].inputs[1]
+    assert sum(n.op_type == "Range" for n in model.graph) == 1
     for op in ("Neg", "Slice", "Mul", "Add", "Concat"):  # rotate_half and the full-width tables are gone
         assert op not in ops, op
     expected = run(proto)

@@ -99,9 +99,12 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
     q = op.Min(longest, op.Constant(value_int=chunk))
     # One size for every segment (one image, the frames of a video, full windows), within a step's rows and
     # filling the pack exactly: all segments as one batch of one attention, no Loop. Else the Loop below.
-    uniform = op.And(op.Equal(op.ReduceMin(size, keepdims=0), longest),
-                     op.And(op.Equal(q, longest),
-                            op.Equal(op.Mul(segments, longest), op.Squeeze(op.Shape(query, start=1, end=2)))))
+    # The three equalities as one int64 sum of differences compared with 0: integer arithmetic, which a GPU
+    # runtime keeps on its CPU with the rest of the grid math. (As a bool And, ONNX Runtime's WebGPU EP took the
+    # And: an upload and a read-back that waits for the GPU, in every block: bench.gpu_webgpu's profile.)
+    mismatch = op.Add(op.Add(op.Abs(op.Sub(op.ReduceMin(size, keepdims=0), longest)), op.Abs(op.Sub(q, longest))),
+                      op.Abs(op.Sub(op.Mul(segments, longest), op.Squeeze(op.Shape(query, start=1, end=2)))))
+    uniform = op.Equal(mismatch, 0)
     if uniform:
         batch = op.Concat(op.Reshape(segments, [1]), op.Reshape(longest, [1]), op.Shape(query, start=2, end=3),
                           axis=0)  # [S, L, C]
