@@ -164,8 +164,10 @@ def gpu_facts() -> dict:
             "vulkan_driver_files": os.environ.get("VK_DRIVER_FILES") or os.environ.get("VK_ICD_FILENAMES")}
 
 
-def race(models: dict[str, Path], prepared: dict, case_feeds: dict, reps: int, device: str = "cuda") -> dict:
-    """The race of the module docstring's step 3: {case: {label: {...}}, ...}."""
+def race(models: dict[str, Path], prepared: dict, case_feeds: dict, reps: int, device: str = "cuda",
+         extra: dict[str, Path] | None = None) -> dict:
+    """The race of the module docstring's step 3: {case: {label: {...}}, ...}. `extra`: more WebGPU paths by label
+    (another build's variants, `--baseline`), in the same rounds."""
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -179,11 +181,11 @@ def race(models: dict[str, Path], prepared: dict, case_feeds: dict, reps: int, d
     paths = {BASELINE: TorchPath(copy.deepcopy(tower), torch.bfloat16, device),
              PYTORCH_FP32: TorchPath(tower, torch.float32, device)}
     load, failed = {}, {}
-    for name in ("fp32", "fp16", "q4f16"):
-        label = f"ORT WebGPU {name}"
+    webgpu_paths = {f"ORT WebGPU {name}": models[name] for name in ("fp32", "fp16", "q4f16")} | (extra or {})
+    for label, file in webgpu_paths.items():
         start = time.perf_counter()
         try:
-            path = OrtPath(models[name], ["WebGpuExecutionProvider", "CPUExecutionProvider"])
+            path = OrtPath(file, ["WebGpuExecutionProvider", "CPUExecutionProvider"])
         except Exception as err:  # noqa: BLE001 - a path that cannot open is reported, the others still race
             failed[label] = " ".join(f"{type(err).__name__}: {err}".split())
             say(f"{label}: no session: {failed[label]}", TAG)
@@ -231,6 +233,9 @@ def markdown(report: dict) -> str:
              f"{report['reps']} interleaved rounds, numpy in and out (host-device copies included); first: the "
              "warm-up run (WebGPU compiles its shaders then). Accuracy: min per-token cosine over every output "
              "against ONNX Runtime's CPU EP on the fp32 file."), ""]
+    if report.get("baseline"):
+        build = report["baseline"].get("build")
+        lines += [f"(baseline): the fp16 and q4f16 of {build}, prepared the same way, raced in the same rounds.", ""]
     race = report.get("race", {})
     for case, paths in race.get("cases", {}).items():
         lines += [f"**{case}** (grid_thw {next(iter(paths.values()))['grid_thw']})", "",
@@ -334,8 +339,10 @@ def run_cpu_accuracy(folder: Path, out: Path, sizes: list[int], video: int) -> i
     return 0
 
 
-def run(folder: Path, out: Path, home: Path | None, reps: int, sizes: list[int], video: int, device: str) -> int:
-    """The `run` step (module docstring); exit 0 when the check held, 1 otherwise."""
+def run(folder: Path, out: Path, home: Path | None, reps: int, sizes: list[int], video: int, device: str,
+        baseline: Path | None = None) -> int:
+    """The `run` step (module docstring); exit 0 when the check held, 1 otherwise. `baseline`: another prepared
+    folder (the same model built before a change) whose fp16 and q4f16 race beside these, labelled "(baseline)"."""
     from bench.cpu_race import cases
     from runtime import webgpu
 
@@ -362,7 +369,12 @@ def run(folder: Path, out: Path, home: Path | None, reps: int, sizes: list[int],
         say(f"webgpu-check failed: {report['webgpu_check_error']}", TAG)
     (out / "gpu-webgpu.json").write_text(json.dumps(report, indent=1) + "\n")
     feeds = cases(models["fp32"], sizes, video, processor=folder / "processor")
-    report["race"] = race(models, prepared, feeds, reps, device)
+    extra = None
+    if baseline is not None:
+        built = weightless.rebuild(baseline, Path("/tmp/gpu-webgpu-baseline"), ["fp16", "q4f16"])
+        extra = {f"ORT WebGPU {name} (baseline)": file for name, file in built.items()}
+        report["baseline"] = json.loads((baseline / "prepared.json").read_text())
+    report["race"] = race(models, prepared, feeds, reps, device, extra)
     (out / "gpu-webgpu.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "gpu-webgpu.md").write_text(markdown(report))
     say(f"wrote {out}/gpu-webgpu.json and .md", TAG)
@@ -381,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--home", type=Path, help="the WebGPU install: env.sh and venv/bin/python (default: "
                    "$VLM_WEBGPU_HOME, else ./.webgpu)")
     r.add_argument("--reps", type=int, default=REPS)
+    r.add_argument("--baseline", type=Path, metavar="FOLDER",
+                   help="another prepared folder whose fp16 and q4f16 race beside these (the build before a change)")
     r.add_argument("--sizes", default=",".join(map(str, SIZES)), help="photo squares (default %(default)s)")
     r.add_argument("--video", type=int, default=VIDEO, help="frames of the 448^2 video (0: none)")
     r.add_argument("--torch-device", default="cuda", help="PyTorch's device (cpu: a dry run without a GPU)")
@@ -403,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_profile(args.folder, args.out, sizes)
     if args.command == "cpu-accuracy":
         return run_cpu_accuracy(args.folder, args.out, sizes, args.video)
-    return run(args.folder, args.out, args.home, args.reps, sizes, args.video, args.torch_device)
+    return run(args.folder, args.out, args.home, args.reps, sizes, args.video, args.torch_device, args.baseline)
 
 
 if __name__ == "__main__":
