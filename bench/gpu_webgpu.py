@@ -44,6 +44,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,7 +59,6 @@ TAG = "gpu-webgpu"
 VARIANTS = {"fp32": "optimized", "fp16": "fp16", "q4f16": "q4f16"}
 #: The floors `runtime webgpu-check` holds each variant to (the fp16 and q4f16 stages' defaults).
 FLOORS = {"fp16": 0.999, "q4f16": 0.98}
-REFERENCE = "ORT CPU fp32"
 BASELINE = "PyTorch bf16"
 PYTORCH_FP32 = "PyTorch fp32"
 SIZES = (448, 1024)
@@ -282,7 +282,7 @@ def profile(model: Path, feeds: dict, runs: int = 3) -> dict:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.enable_profiling = True
-    options.profile_file_prefix = str(Path("/tmp") / f"gpu-webgpu-{model.parent.name}")
+    options.profile_file_prefix = str(model.parent / "profile")
     session = ort.InferenceSession(str(model), options, providers=["WebGpuExecutionProvider", "CPUExecutionProvider"])
     for _ in range(runs):
         session.run(None, feeds)
@@ -302,11 +302,11 @@ def profile(model: Path, feeds: dict, runs: int = 3) -> dict:
     return {"run_ms": round(last["dur"] / 1e3, 2), "by_op": by_op}
 
 
-def run_profile(folder: Path, out: Path, sizes: list[int]) -> int:
-    """`profile`: the rebuilt fp16 and q4f16 profiled at each photo size (ONNX Runtime's profiler, `profile`)."""
+def run_profile(folder: Path, out: Path, sizes: list[int], work: Path) -> int:
+    """`profile`: the rebuilt fp16 and q4f16 (in `work`) profiled at each photo size (ONNX Runtime's profiler)."""
     from bench.cpu_race import cases
 
-    models = weightless.rebuild(folder, Path("/tmp/gpu-webgpu-models"), ["fp16", "q4f16"])
+    models = weightless.rebuild(folder, work / "models", ["fp16", "q4f16"])
     feeds = cases(models["fp16"], sizes, 0, processor=folder / "processor")
     report = {"machine": gpu_facts(), "profiles": {}}
     for name, model in models.items():
@@ -319,12 +319,12 @@ def run_profile(folder: Path, out: Path, sizes: list[int]) -> int:
     return 0
 
 
-def run_cpu_accuracy(folder: Path, out: Path, sizes: list[int], video: int) -> int:
-    """`cpu-accuracy`: the race's cases on ONNX Runtime's CPU EP (this machine's), each rebuilt variant against the
-    rebuilt fp32: what the variants hold without WebGPU. OUT/gpu-webgpu-cpu-ep.json."""
+def run_cpu_accuracy(folder: Path, out: Path, sizes: list[int], video: int, work: Path) -> int:
+    """`cpu-accuracy`: the race's cases on ONNX Runtime's CPU EP (this machine's), each rebuilt variant (in `work`)
+    against the rebuilt fp32: what the variants hold without WebGPU. OUT/gpu-webgpu-cpu-ep.json."""
     from bench.cpu_race import cases
 
-    models = weightless.rebuild(folder, Path(out) / "models")
+    models = weightless.rebuild(folder, work / "models")
     feeds = cases(models["fp32"], sizes, video, processor=folder / "processor")
     fp32 = OrtPath(models["fp32"], ["CPUExecutionProvider"])
     reference = {case: fp32.run(feed) for case, feed in feeds.items()}
@@ -343,13 +343,14 @@ def run_cpu_accuracy(folder: Path, out: Path, sizes: list[int], video: int) -> i
 
 
 def run(folder: Path, out: Path, home: Path | None, reps: int, sizes: list[int], video: int, device: str,
-        baseline: Path | None = None) -> int:
+        work: Path, baseline: Path | None = None) -> int:
     """The `run` step (module docstring); exit 0 when the check held, 1 otherwise. `baseline`: another prepared
-    folder (the same model built before a change) whose fp16 and q4f16 race beside these, labelled "(baseline)"."""
+    folder (the same model built before a change) whose fp16 and q4f16 race beside these, labelled "(baseline)".
+    `work`: where the rebuilt models go (gigabytes at 2B dims)."""
     from bench.cpu_race import cases
     from runtime import webgpu
 
-    models_dir = Path("/tmp/gpu-webgpu-models")
+    models_dir = work / "models"
     prepared = json.loads((folder / "prepared.json").read_text())
     start = time.perf_counter()
     models = weightless.rebuild(folder, models_dir)
@@ -374,7 +375,7 @@ def run(folder: Path, out: Path, home: Path | None, reps: int, sizes: list[int],
     feeds = cases(models["fp32"], sizes, video, processor=folder / "processor")
     extra = None
     if baseline is not None:
-        built = weightless.rebuild(baseline, Path("/tmp/gpu-webgpu-baseline"), ["fp16", "q4f16"])
+        built = weightless.rebuild(baseline, work / "baseline", ["fp16", "q4f16"])
         extra = {f"ORT WebGPU {name} (baseline)": file for name, file in built.items()}
         report["baseline"] = json.loads((baseline / "prepared.json").read_text())
     report["race"] = race(models, prepared, feeds, reps, device, extra)
@@ -416,11 +417,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    if args.command == "profile":
-        return run_profile(args.folder, args.out, sizes)
-    if args.command == "cpu-accuracy":
-        return run_cpu_accuracy(args.folder, args.out, sizes, args.video)
-    return run(args.folder, args.out, args.home, args.reps, sizes, args.video, args.torch_device, args.baseline)
+    with tempfile.TemporaryDirectory(prefix="gpu-webgpu-") as work:
+        if args.command == "profile":
+            return run_profile(args.folder, args.out, sizes, Path(work))
+        if args.command == "cpu-accuracy":
+            return run_cpu_accuracy(args.folder, args.out, sizes, args.video, Path(work))
+        return run(args.folder, args.out, args.home, args.reps, sizes, args.video, args.torch_device, Path(work),
+                   args.baseline)
 
 
 if __name__ == "__main__":

@@ -144,5 +144,6 @@ def share_position_ids(model: ir.Model) -> int:
         if node.inputs[1] is not first:
             node.replace_input_with(1, first)
             moved += 1
-    RemoveUnusedNodesPass()(model)
+    if moved:
+        RemoveUnusedNodesPass()(model)
     return moved
