@@ -4,7 +4,7 @@ against PyTorch bf16 on the same GPU, accuracy against fp32 (issue 33, item 6: t
 The GPU is the device tool's machine (an NVIDIA H100 or H200), which takes 64 MiB of files per call and fetches
 nothing, so the work is split:
 
-`prepare BUILD OUT` (here): the build's fp32 (optimized), fp16 and q4f16 files stripped of their weights
+`prepare BUILD OUT [--force|--clobber]` (here; OUT written as a stage's folder, core.staging): the build's fp32 (optimized), fp16 and q4f16 files stripped of their weights
 (`bench.weightless`: a seed and each weight's statistics; every derived initializer checked bit for bit against
 the stage's file), the processor folder the release package will hold, and OUT/prepared.json (model config and
 weight seed of the export, for PyTorch's tower).
@@ -51,11 +51,14 @@ from pathlib import Path
 import numpy as np
 
 from bench import weightless
-from core import onnx_io
+from core import onnx_io, staging
+from core.errors import UsageError
 from core.parity import min_token_cosine
 from core.progress import say
 
 TAG = "gpu-webgpu"
+#: The `stage` of the folder `prepare` writes (core.staging: what it may replace).
+PREPARE_STAGE = "gpu-webgpu-prepare"
 VARIANTS = {"fp32": "optimized", "fp16": "fp16", "q4f16": "q4f16"}
 #: The floors `runtime webgpu-check` holds each variant to (the fp16 and q4f16 stages' defaults).
 FLOORS = {"fp16": 0.999, "q4f16": 0.98}
@@ -66,20 +69,22 @@ VIDEO = 8
 REPS = 10
 
 
-def prepare(build: Path, out: Path) -> None:
-    """The `prepare` step (module docstring)."""
+def prepare(build: Path, out: Path, force=False) -> None:
+    """The `prepare` step (module docstring), staged as a stage's folder (core.staging; `force` as there)."""
     from quantize import calibration
 
     fp32 = build / "optimized" / "model.onnx"
     files = {name: build / stage / "model.onnx" for name, stage in VARIANTS.items()}
     missing = [str(p) for p in files.values() if not p.exists()]
     if missing:
-        raise SystemExit(f"error: missing {', '.join(missing)}: run `make export MODEL=... FP16=1` first")
-    weightless.strip(fp32, out, files)
-    export = calibration.export_report(fp32)
-    calibration.processor_folder(export, onnx_io.metadata(fp32), out / "processor")
-    (out / "prepared.json").write_text(json.dumps({"config": export["model"], "seed": export.get("seed", 0),
-                                                   "build": str(build)}, indent=1) + "\n")
+        raise UsageError(f"missing {', '.join(missing)}: run `make export MODEL=... FP16=1` first")
+    with staging.staged_folder(out, PREPARE_STAGE, [build], force) as folder:
+        weightless.strip_into(fp32, folder, files)
+        export = calibration.export_report(fp32)
+        calibration.processor_folder(export, onnx_io.metadata(fp32), folder / "processor")
+        (folder / "prepared.json").write_text(json.dumps({"config": export["model"], "seed": export.get("seed", 0),
+                                                          "build": str(build)}, indent=1) + "\n")
+        (folder / staging.REPORT).write_text(json.dumps({"stage": PREPARE_STAGE, "build": str(build)}) + "\n")
     say(f"prepared {out}", TAG)
 
 
@@ -391,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("prepare")
     p.add_argument("build", type=Path)
     p.add_argument("out", type=Path)
+    p.add_argument("--force", action="store_true", help="replace an OUT this tool wrote (any stage's)")
+    staging.add_clobber_argument(p)
     r = sub.add_parser("run")
     r.add_argument("folder", type=Path)
     r.add_argument("out", type=Path)
@@ -413,7 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--sizes", default=",".join(map(str, SIZES)))
     args = parser.parse_args(argv)
     if args.command == "prepare":
-        prepare(args.build, args.out)
+        try:
+            prepare(args.build, args.out, args.force)
+        except UsageError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",") if s]

@@ -20,6 +20,10 @@ random-weight export carry no information beyond their distribution, so they tra
 each variant, every regenerated initializer checked against its sha256 (a mismatch is an error: the rebuild is
 then not the model that was stripped).
 
+OUT and DEST follow the stages' rules (core.staging): written beside, published only when every variant is done,
+an existing folder replaced only when this tool wrote it (`--force`, `--clobber` as for a stage); each holds a
+report.json that lists its files.
+
 The rebuilt variants are the stripped ones with reseeded weights: same graph, same quantization recipe and float16
 plan, same weight statistics; their accuracy is measured again wherever they run, never taken from the stages'
 reports.
@@ -40,6 +44,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from core import staging
 from core.errors import UsageError
 
 #: Float32 initializers with at least this many elements are sources (reseeded and regenerated).
@@ -50,6 +55,8 @@ _CHUNK = 1 << 22
 _SCALE = math.sqrt(UNIFORMS / 12.0)
 _NBITS_SUFFIXES = {1: "_Q{bits}", 2: "_scales", 3: "_zero_points"}
 _PART = {1: "B", 2: "scales", 3: "zero_points"}
+#: The `stage` of the folders `strip` and `rebuild` write (core.staging: what they may replace).
+STRIP_STAGE, REBUILD_STAGE = "weightless-strip", "weightless-rebuild"
 
 
 def pseudo_normal(key: str, count: int) -> np.ndarray:
@@ -186,8 +193,20 @@ def _recipe(model: onnx.ModelProto, sources: dict[str, np.ndarray], label: str, 
     return entries
 
 
-def strip(fp32: Path, out: Path, variants: dict[str, Path], seed: int = 0, min_elements: int = MIN_ELEMENTS) -> dict:
-    """The module docstring's `strip`: OUT/NAME.onnx per variant and OUT/recipe.json; returns the recipe."""
+def strip(fp32: Path, out: Path, variants: dict[str, Path], seed: int = 0, min_elements: int = MIN_ELEMENTS,
+          force=False) -> dict:
+    """The module docstring's `strip`, staged (core.staging; `force`: False, True or staging.CLOBBER): OUT/NAME.onnx
+    per variant, OUT/recipe.json and OUT/report.json; returns the recipe."""
+    with staging.staged_folder(out, STRIP_STAGE, [fp32, *variants.values()], force) as folder:
+        recipe = strip_into(fp32, folder, variants, seed, min_elements)
+        _report(folder, STRIP_STAGE, fp32=str(fp32), variants=sorted(variants))
+    return recipe
+
+
+def strip_into(fp32: Path, out: Path, variants: dict[str, Path], seed: int = 0,
+               min_elements: int = MIN_ELEMENTS) -> dict:
+    """`strip`'s work into the existing folder `out` (a staged folder of the caller's): OUT/NAME.onnx per variant and
+    OUT/recipe.json; returns the recipe."""
     base = onnx.load(str(fp32))
     sources = {i.name: numpy_helper.to_array(i) for i in base.graph.initializer
                if i.data_type == onnx.TensorProto.FLOAT and int(np.prod(i.dims, dtype=np.int64)) >= min_elements}
@@ -196,7 +215,6 @@ def strip(fp32: Path, out: Path, variants: dict[str, Path], seed: int = 0, min_e
     del base
     recipe = {"format": 1, "seed": seed, "uniforms": UNIFORMS, "min_elements": min_elements, "sources": stats,
               "variants": {}}
-    out.mkdir(parents=True, exist_ok=True)
     fresh = reseeded(list(stats), stats, seed)
     for name, path in variants.items():
         model = onnx.load(str(path))
@@ -215,8 +233,22 @@ def strip(fp32: Path, out: Path, variants: dict[str, Path], seed: int = 0, min_e
     return recipe
 
 
-def rebuild(folder: Path, dest: Path, names: list[str] | None = None) -> dict[str, Path]:
-    """The module docstring's `rebuild`: {variant: DEST/NAME/model.onnx}, each regenerated initializer checked."""
+def _report(folder: Path, stage: str, **fields) -> None:
+    """folder/report.json: the stage's name (core.staging lists the folder's files in it on publishing)."""
+    (folder / staging.REPORT).write_text(json.dumps({"stage": stage, **fields}, indent=1) + "\n")
+
+
+def rebuild(folder: Path, dest: Path, names: list[str] | None = None, force=False) -> dict[str, Path]:
+    """The module docstring's `rebuild`, staged like `strip`: {variant: DEST/NAME/model.onnx}, each regenerated
+    initializer checked; nothing appears in DEST unless every variant was rebuilt."""
+    with staging.staged_folder(dest, REBUILD_STAGE, [folder], force) as staged:
+        built = _rebuild_into(folder, staged, names)
+        _report(staged, REBUILD_STAGE, stripped=str(folder), variants=sorted(built))
+    return {name: Path(os.path.abspath(dest)) / name / "model.onnx" for name in built}
+
+
+def _rebuild_into(folder: Path, dest: Path, names: list[str] | None) -> dict[str, Path]:
+    """`rebuild`'s work into the existing folder `dest`."""
     recipe = json.loads((folder / "recipe.json").read_text())
     seed, stats = recipe["seed"], recipe["sources"]
     if recipe.get("uniforms") != UNIFORMS:
@@ -237,11 +269,11 @@ def rebuild(folder: Path, dest: Path, names: list[str] | None = None) -> dict[st
                                  "machine's numpy or ONNX Runtime quantizer computes other bits")
             model.graph.initializer.append(numpy_helper.from_array(value, entry["name"]))
         target = dest / name
-        target.mkdir(parents=True, exist_ok=True)
+        target.mkdir()
         onnx.save_model(model, str(target / "model.onnx"), save_as_external_data=True,
                         all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=1024)
         written[name] = target / "model.onnx"
-        print(f"{name}: {len(variant['initializers'])} initializers rebuilt and checked -> {written[name]}",
+        print(f"{name}: {len(variant['initializers'])} initializers rebuilt and checked",
               file=sys.stderr)
     return written
 
@@ -255,17 +287,25 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--variant", action="append", default=[], metavar="NAME=MODEL", required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--min-elements", type=int, default=MIN_ELEMENTS)
+    s.add_argument("--force", action="store_true", help="replace an OUT this tool wrote (any stage's)")
+    staging.add_clobber_argument(s)
     r = sub.add_parser("rebuild")
     r.add_argument("folder", type=Path)
     r.add_argument("dest", type=Path)
     r.add_argument("--variant", action="append", default=[], metavar="NAME")
+    r.add_argument("--force", action="store_true", help="replace a DEST this tool wrote (any stage's)")
+    staging.add_clobber_argument(r)
     args = parser.parse_args(argv)
     try:
         if args.command == "strip":
+            bad = [v for v in args.variant if "=" not in v or not v.split("=", 1)[0]]
+            if bad:
+                raise UsageError(f"--variant {bad[0]}: give NAME=MODEL")
             pairs = dict(v.split("=", 1) for v in args.variant)
-            strip(args.fp32, args.out, {k: Path(v) for k, v in pairs.items()}, args.seed, args.min_elements)
+            strip(args.fp32, args.out, {k: Path(v) for k, v in pairs.items()}, args.seed, args.min_elements,
+                  args.force)
         else:
-            rebuild(args.folder, args.dest, args.variant or None)
+            rebuild(args.folder, args.dest, args.variant or None, args.force)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

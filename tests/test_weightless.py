@@ -94,19 +94,39 @@ def test_rebuild_refuses_bits_other_than_the_stripped_ones(variants, tmp_path):
     recipe_file.write_text(json.dumps(recipe))
     with pytest.raises(UsageError, match="differs from the stripped one"):
         weightless.rebuild(tmp_path / "strip", tmp_path / "built")
-    assert not (tmp_path / "built" / "q4").exists()
+    assert not (tmp_path / "built").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["strip"]
+
+
+def test_strip_and_rebuild_never_replace_a_folder_they_did_not_write(variants, tmp_path):
+    """core.staging's rules: a user's folder is refused, nothing is written; an earlier output is replaced."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(UsageError, match="not an output of this tool"):
+        weightless.strip(variants["fp32"], mine, {"fp32": variants["fp32"]}, min_elements=1024)
+    weightless.strip(variants["fp32"], tmp_path / "strip", {"fp32": variants["fp32"]}, min_elements=1024)
+    with pytest.raises(UsageError, match="not an output of this tool"):
+        weightless.rebuild(tmp_path / "strip", mine)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    weightless.rebuild(tmp_path / "strip", tmp_path / "built")
+    again = weightless.rebuild(tmp_path / "strip", tmp_path / "built")  # its own earlier output: replaced
+    assert again["fp32"].is_file()
+    assert weightless.main(["strip", str(variants["fp32"]), str(mine), "--variant", "fp32"]) == 2
 
 
 def test_strip_refuses_a_variant_its_rules_do_not_rebuild(variants, tmp_path):
-    other = _matmul_model(variants["weight"] * 2, tmp_path / "scaled.onnx")
+    models = tmp_path / "models"  # an OUT may not sit in an input's folder (core.staging)
+    models.mkdir()
+    other = _matmul_model(variants["weight"] * 2, models / "scaled.onnx")
     with pytest.raises(UsageError, match="is not what its derivation"):
         weightless.strip(variants["fp32"], tmp_path / "a", {"scaled": other}, min_elements=1024)
     renamed = onnx.load(str(variants["fp32"]))
     renamed.graph.initializer[0].name = "w2"
     renamed.graph.node[0].input[1] = "w2"
-    onnx.save(renamed, str(tmp_path / "renamed.onnx"))
+    onnx.save(renamed, str(models / "renamed.onnx"))
     with pytest.raises(UsageError, match="derives from no source"):
-        weightless.strip(variants["fp32"], tmp_path / "b", {"renamed": tmp_path / "renamed.onnx"}, min_elements=1024)
+        weightless.strip(variants["fp32"], tmp_path / "b", {"renamed": models / "renamed.onnx"}, min_elements=1024)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]  # nothing half-written
 
 
 def test_gpu_bench_prepares_the_tiny_build_and_loads_its_weights_into_pytorch(every_variant_packages, tmp_path):
