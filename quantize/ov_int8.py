@@ -29,6 +29,9 @@ loads fastest: `bench/results/ov-int8-form.md`) + OUT/report.json:
    when it misses, the MatMuls most sensitive at the worst layout (`sensitivity`) are tried float one at a time,
    each kept only when it raises the min per-token cosine (`greedy`), until the floor is reached. If it is not,
    UsageError (exit 2) and nothing written.
+5. The held-out photos (`quantize.photo_check`, as the int8 and int4 stages): the chosen model in OpenVINO against
+   IN in ONNX Runtime, recorded as `validation.photos` (the release manifest's `accuracy_vs_fp32.photos`, which
+   `--engine auto` reads before it takes a quantized variant; not a gate).
 The report says which MatMuls stay float and why, per-layout accuracy, the stress gate, the precision it was
 checked at and the CPU.
 """
@@ -49,7 +52,7 @@ from core import report as reports
 from core.errors import CheckFailed, UsageError
 from core.progress import say, step
 from core.staging import WorkFolder, check_folder_output, staged_folder
-from quantize import calibration, outlier_check, stage
+from quantize import calibration, outlier_check, photo_check, stage
 from quantize.options import (
     StageRun,
     add_floor_argument,
@@ -531,6 +534,9 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
         floor_skip, final, floor = search(real, skip + stress_skip, options.min_cosine, timings, "floor")
         with step("the chosen model again, layouts in reverse order in a new session", timings):
             order = order_check(real, final)
+        with step("compare with fp32 on held-out photos", timings):
+            photos = photo_check.measure(source.path, final.path, threads, lambda file: openvino_session.OpenVINOSession(
+                file, threads or None, precision))
         with staged_folder(out, STAGE, [path], force, keep_log=True) as staged:
             model_file = staged / MODEL_FILE
             for suffix in (".xml", ".bin"):
@@ -560,7 +566,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
                               **subgraphs(model)},
                 "op_counts": _op_counts(model),
                 "validation": {"reference": "fp32 input model in ONNX Runtime", "engine": f"openvino {precision}",
-                               "machine": cpu.facts(), **final.worst, "cases": final.cases},
+                               "machine": cpu.facts(), **final.worst, "cases": final.cases, "photos": photos},
                 "floor": floor,
                 "reverse_order": order,
                 "outlier_stress": stress,

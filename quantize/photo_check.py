@@ -33,10 +33,12 @@ def named_feeds(model_file: Path) -> list[tuple[str, dict]]:
         return calibration.named_items(metadata, folder, sizes=SIZES, photos=HELD_OUT, video=False)
 
 
-def measure(fp32_file: Path, quantized_file: Path, threads: int) -> dict:
-    """{photos, sizes, min_token_cosine, min_cosine, max_abs, cases} of `quantized_file` against `fp32_file` on
-    the held-out photos; {skipped: why} when the photos cannot be made for the model (no export report in its
-    stages' input links, scikit-image missing): the default path then leaves the variant alone."""
+def measure(fp32_file: Path, quantized_file: Path, threads: int, open_quantized=None) -> dict:
+    """{photos, sizes, min_token_cosine, min_cosine, max_abs, cases} of `quantized_file` against `fp32_file` (ONNX
+    Runtime) on the held-out photos; {skipped: why} when the photos cannot be made for the model (no export report
+    in its stages' input links, scikit-image missing): the default path then leaves the variant alone.
+    `open_quantized(path) -> session` opens the quantized file (default: ONNX Runtime's CPU EP at `threads`; the
+    OpenVINO INT8 stage gives OpenVINO's)."""
     try:
         named = named_feeds(fp32_file)
     except UsageError as err:
@@ -44,5 +46,6 @@ def measure(fp32_file: Path, quantized_file: Path, threads: int) -> dict:
     layouts = [{"case": name} for name, _ in named]
     inputs = [feeds for _, feeds in named]
     reference = metrics.run_all(open_session(fp32_file, threads), inputs)
-    cases = metrics.check(open_session(quantized_file, threads), layouts, inputs, reference, tolerance=None)
+    session = open_quantized(quantized_file) if open_quantized else open_session(quantized_file, threads)
+    cases = metrics.check(session, layouts, inputs, reference, tolerance=None)
     return {"photos": list(HELD_OUT), "sizes": [list(s) for s in SIZES], **metrics.worst(cases), "cases": cases}

@@ -20,7 +20,7 @@ from core.session import open_session
 from families import of_model
 from families import validation as layouts_mod
 from quantize import __main__ as quantize_cli
-from quantize import ov_int8
+from quantize import ov_int8, photo_check
 from release.package import package
 from runtime import __main__ as runtime_cli
 from runtime import sample_photos
@@ -66,6 +66,21 @@ def test_the_stage_is_at_its_floor_at_every_layout(stage, tiny_optimized):
         assert min(cosines) >= floor, (layout["case"], cosines)
         recorded = min(o["min_token_cosine"] for o in case["outputs"].values())
         assert abs(min(cosines) - recorded) < 1e-6, (layout["case"], cosines, recorded)
+
+
+def test_held_out_photos_measured_in_openvino(stage, tiny_optimized):
+    """The stage records the held-out photos (quantize.photo_check) as the int8 stage does, computed in OpenVINO:
+    one photo rerun here gives the recorded figure."""
+    report = json.loads((stage / "report.json").read_text())
+    photos = report["validation"]["photos"]
+    assert photos["photos"] == list(photo_check.HELD_OUT) and len(photos["cases"]) == 4
+    assert 0.9 < photos["min_token_cosine"] <= 1.0
+    name, feeds = photo_check.named_feeds(onnx_io.model_path(tiny_optimized))[0]
+    fp32 = open_session(onnx_io.model_path(tiny_optimized), 1).run(None, feeds)
+    quantized = OpenVINOSession(stage / "model.xml", 1, report["validation"]["engine"].split()[-1]).run(None, feeds)
+    recorded = next(c for c in photos["cases"] if c["case"] == name)
+    got = min(min_token_cosine(q, r) for q, r in zip(quantized, fp32))
+    assert abs(got - min(o["min_token_cosine"] for o in recorded["outputs"].values())) < 1e-6
 
 
 def test_weights_and_activations_int8_attention_float(stage):
@@ -176,6 +191,7 @@ def test_packaged_verified_and_run_by_embed(dist, tmp_path, capsys):
     assert all(manifest["files"][f]["sha256"] for f in record["files"])
     assert record["accuracy_vs_fp32"]["min_token_cosine"] >= 0.998
     assert record["accuracy_vs_fp32"]["engine"].startswith("openvino")
+    assert record["accuracy_vs_fp32"]["photos"]["photos"] == list(photo_check.HELD_OUT)  # what --engine auto reads
     assert "ov-int8" not in json.loads((dist / "config.json").read_text())["onnx_variants"]
 
     assert runtime_cli.main(["verify", str(dist), "--threads", "1"]) == 0
