@@ -8,7 +8,7 @@ op type and per category for the run with the median summed node time. Nodes ins
 segment attention) are events of their own, counted under their op type; the If's or Loop's event spans its
 body, so it is counted by its own time (its span minus its body's kernels) and reported with its span. ORT fuses DynamicQuantizeLinear + MatMulInteger (+ Cast + Mul)
 into DynamicQuantizeMatMul at session load: that activation quantization is inside the integer MatMul time.
-A missing variant is one line and skipped. Writes bench/results/profile-MODEL.json and .md; ORT's trace files
+A missing variant is one line and skipped. Writes bench/results/profile-MODEL[-SUFFIX].json and .md; ORT's trace files
 go to a temporary folder.
 """
 
@@ -280,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build", type=Path, default=ROOT / "build", help="folder holding MODEL/VARIANT/")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results",
                         help="where profile-MODEL.json and .md go (default bench/results)")
+    parser.add_argument("--suffix", default="", help="profile-MODEL-SUFFIX.json and .md (another CPU's run beside)")
 
     def body() -> int:
         args = parser.parse_args(argv)
@@ -307,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"{variant}: {record['wall']['median_s'] * 1000:.1f} ms per run; node time "
                     f"{record['node_ms']:.1f} ms: {top}", TAG)
         result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        write_results(args.out, f"profile-{args.model}", result, markdown(result), TAG)
+        name = f"profile-{args.model}" + (f"-{args.suffix}" if args.suffix else "")
+        write_results(args.out, name, result, markdown(result), TAG)
         return 0
 
     return main_wrapper(body)

@@ -46,8 +46,10 @@ class Path:
 #: - amx (Intel Xeon with AMX-BF16/INT8; issue 33's run and bench/results/cpu-race.md where run on one): OpenVINO
 #:   bf16 on the fp32 file 0.91 s / 6.73 s against ONNX Runtime INT8 0.87 s / 10.4 s (before attention ran batched
 #:   in OpenVINO, which gains it most at large sizes);
-#: - avx512-bf16 without AMX (AMD EPYC Zen 5, docs/runtime-openvino.md): ONNX Runtime INT8 2.40-2.45x ORT fp32,
-#:   OpenVINO bf16 1.74-1.85x;
+#: - avx512-bf16 without AMX (AMD EPYC Zen 4, bench/results/cpu-race-avx512-bf16.md): ONNX Runtime INT8 1.56 s /
+#:   14.4 s / 1.82 s (448^2, 1024^2, 8 frames of 448^2) against OpenVINO bf16 1.80 / 13.5 / 2.75 s at 6x the memory
+#:   (OpenVINO's INT8, 1.26 / 10.2 / 1.67 s, is under FLOOR on photos); Zen 5 (docs/runtime-openvino.md): ORT INT8
+#:   2.40-2.45x ORT fp32, OpenVINO bf16 1.74-1.85x;
 #: - vnni (AMD EPYC with AVX-512 VNNI, docs/quantization.md): ONNX Runtime INT8 2.67-2.81x fp32;
 #: - avx2 (AMD EPYC Zen 3, AVX2 only: bench/results/cpu-race.md): ONNX Runtime INT8 first.
 RANKING: dict[str, tuple[Path, ...]] = {
