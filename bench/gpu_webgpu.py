@@ -84,7 +84,7 @@ def prepare(build: Path, out: Path, force=False) -> None:
         calibration.processor_folder(export, onnx_io.metadata(fp32), folder / "processor")
         (folder / "prepared.json").write_text(json.dumps({"config": export["model"], "seed": export.get("seed", 0),
                                                           "build": str(build)}, indent=1) + "\n")
-        (folder / staging.REPORT).write_text(json.dumps({"stage": PREPARE_STAGE, "build": str(build)}) + "\n")
+        weightless.write_report(folder, PREPARE_STAGE, build=str(build))
     say(f"prepared {out}", TAG)
 
 

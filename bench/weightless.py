@@ -199,7 +199,7 @@ def strip(fp32: Path, out: Path, variants: dict[str, Path], seed: int = 0, min_e
     per variant, OUT/recipe.json and OUT/report.json; returns the recipe."""
     with staging.staged_folder(out, STRIP_STAGE, [fp32, *variants.values()], force) as folder:
         recipe = strip_into(fp32, folder, variants, seed, min_elements)
-        _report(folder, STRIP_STAGE, fp32=str(fp32), variants=sorted(variants))
+        write_report(folder, STRIP_STAGE, fp32=str(fp32), variants=sorted(variants))
     return recipe
 
 
@@ -233,7 +233,7 @@ def strip_into(fp32: Path, out: Path, variants: dict[str, Path], seed: int = 0,
     return recipe
 
 
-def _report(folder: Path, stage: str, **fields) -> None:
+def write_report(folder: Path, stage: str, **fields) -> None:
     """folder/report.json: the stage's name (core.staging lists the folder's files in it on publishing)."""
     (folder / staging.REPORT).write_text(json.dumps({"stage": stage, **fields}, indent=1) + "\n")
 
@@ -243,7 +243,7 @@ def rebuild(folder: Path, dest: Path, names: list[str] | None = None, force=Fals
     initializer checked; nothing appears in DEST unless every variant was rebuilt."""
     with staging.staged_folder(dest, REBUILD_STAGE, [folder], force) as staged:
         built = _rebuild_into(folder, staged, names)
-        _report(staged, REBUILD_STAGE, stripped=str(folder), variants=sorted(built))
+        write_report(staged, REBUILD_STAGE, stripped=str(folder), variants=sorted(built))
     return {name: Path(os.path.abspath(dest)) / name / "model.onnx" for name in built}
 
 
