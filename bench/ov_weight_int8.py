@@ -32,7 +32,9 @@ import numpy as np
 from bench.cpu_race import cases
 from bench.timing import load_average, write_results
 from core import cpu, openvino_session
+from core.engine import default_precision
 from core.machine import describe, machine
+from core.openvino_session import OpenVINOSession
 from core.parity import min_token_cosine
 from core.progress import say
 from core.session import open_session
@@ -71,30 +73,6 @@ def compress(source: Path, out: Path) -> int:
         count += 1
     save_model(model, str(out), compress_to_fp16=False)
     return count
-
-
-class _OV:
-    def __init__(self, path: Path, threads: int, extra: dict):
-        core = openvino_session._openvino().Core()
-        model = core.read_model(str(path))
-        self.own = [p.get_any_name() for p in model.outputs]
-        config = {"INFERENCE_PRECISION_HINT": "bf16" if openvino_session.bf16_supported() else "f32",
-                  "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads, **extra}
-        self.compiled = openvino_session.compile_cpu(core, model, config)
-        self.request = self.compiled.create_infer_request()
-
-    def run(self, feeds: dict) -> list[np.ndarray]:
-        results = self.request.infer(feeds)
-        by_name = {p.get_any_name(): results[p] for p in self.compiled.outputs}
-        return [np.array(by_name[n]) for n in self.own]
-
-
-class _ORT:
-    def __init__(self, path: Path, threads: int):
-        self.session = open_session(path, threads)
-
-    def run(self, feeds: dict) -> list[np.ndarray]:
-        return self.session.run(None, feeds)
 
 
 def markdown(result: dict) -> str:
@@ -138,18 +116,20 @@ def main(argv: list[str] | None = None) -> int:
         compressed = Path(tmp) / "model.xml"
         result["compressed"] = compress(fp32, compressed)
         say(f"{result['compressed']} MatMul weights compressed to int8", TAG)
-        opened = {"ORT INT8": _ORT(int8, args.threads), "OV bf16": _OV(fp32, args.threads, {})}
+        precision = default_precision()
+        opened = {"ORT INT8": open_session(int8, args.threads),
+                  f"OV {precision}": OpenVINOSession(fp32, args.threads, precision)}
         for group in GROUPS:
-            opened[f"OV bf16, int8 weights, group {group}"] = _OV(compressed, args.threads,
-                                                                 {"DYNAMIC_QUANTIZATION_GROUP_SIZE": group})
+            opened[f"OV {precision}, int8 weights, group {group}"] = OpenVINOSession(
+                compressed, args.threads, precision, {"DYNAMIC_QUANTIZATION_GROUP_SIZE": group})
         for case, feed in feeds.items():
-            accuracy = {label: min(min_token_cosine(g, r) for g, r in zip(path.run(feed), expected[case]))
+            accuracy = {label: min(min_token_cosine(g, r) for g, r in zip(path.run(None, feed), expected[case]))
                         for label, path in opened.items()}
             times = {label: [] for label in opened}
             for _ in range(args.reps):
                 for label, path in opened.items():
                     start = time.perf_counter()
-                    path.run(feed)
+                    path.run(None, feed)
                     times[label].append(time.perf_counter() - start)
             result["cases"][case] = {label: {"median_s": round(statistics.median(times[label]), 3),
                                              "runs_s": [round(t, 3) for t in times[label]],

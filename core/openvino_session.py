@@ -114,16 +114,20 @@ def compile_cpu(core, model, config: dict):
 class OpenVINOSession:
     """A compiled OpenVINO CPU model of an ONNX file (see the module docstring)."""
 
-    def __init__(self, path: str | os.PathLike, threads: int | None = None, precision: str = "f32"):
+    def __init__(self, path: str | os.PathLike, threads: int | None = None, precision: str = "f32",
+                 config: dict | None = None):
+        """`config`: more CPU plugin properties for compile_model (e.g. DYNAMIC_QUANTIZATION_GROUP_SIZE)."""
         if precision not in PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         ov = _openvino()
         if precision == "bf16" and not bf16_supported():
             raise UsageError("--precision bf16: this CPU has no bf16 support in OpenVINO (AVX-512 BF16 or AMX); "
                              "use --precision f32")
+        extra = config or {}
         config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
+        config.update(extra)
         self.path, self.precision = Path(path), precision
         core = ov.Core()
         try:
