@@ -14,7 +14,8 @@ cycle of its widest fp32 FMA, AMX-BF16 and AMX-INT8 where present). OpenVINO's p
 each OV path at the largest image case of at most 1024^2. The default path is what `runtime embed` runs
 (`runtime.path_choice` on the build's stage reports). `--package DIR` adds the acceptance figure at each of
 `--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
-(no engine or variant option) against a PyTorch bf16 process that loads the same weights from a safetensors file
+(no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
+`bench.runtime_venv`, or `--runtime-python`) against a PyTorch bf16 process that loads the same weights from a safetensors file
 and embeds the same 4 photos.
 Writes bench/results/cpu-race[-SUFFIX].json and .md.
 """
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import runtime_venv
 from bench.flops import encoder_flops
 from bench.runtime_worker import profile_of
 from bench.runtimes import Worker
@@ -221,9 +223,11 @@ def attention_profile(vision: dict, grid: list[list[int]], precision: str, threa
     return profile_of(request)[:6]
 
 
-def embed_race(package: Path, config: str, seed: int, size: int, threads: int, reps: int, tmp: Path) -> dict:
-    """Process wall time of `python -m runtime embed` (the package's default path) and of a PyTorch bf16 process,
-    both on EMBED_PHOTOS resized to `size`; interleaved, `reps` rounds."""
+def embed_race(package: Path, config: str, seed: int, size: int, threads: int, reps: int, tmp: Path,
+               python: Path) -> dict:
+    """Process wall time of `python -m runtime embed` (the package's default path; run by `python`, a
+    `.[runtime]` venv's, outside the checkout) and of a PyTorch bf16 process (this venv's), both on EMBED_PHOTOS
+    resized to `size`; interleaved, `reps` rounds."""
     from PIL import Image
 
     from quantize import calibration
@@ -237,24 +241,26 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
     if not weights.exists():
         subprocess.run([sys.executable, "-m", "bench.cpu_race_torch", "save", config, str(seed), str(weights)],
                        check=True, cwd=ROOT)
-    commands = {
-        "runtime embed (default path)": [sys.executable, "-m", "runtime", "embed", *photos, "--package", str(package),
-                                         "--out", str(tmp / "embed.npz"), "--threads", str(threads), "--force"],
-        "PyTorch bf16 process": [sys.executable, "-m", "bench.cpu_race_torch", "embed", config, str(weights),
-                                 str(package), str(threads), *photos],
+    commands = {  # (command, working folder, environment)
+        "runtime embed (default path)": (
+            [str(python), "-m", "runtime", "embed", *photos, "--package", str(package.resolve()), "--out",
+             str(tmp / "embed.npz"), "--threads", str(threads), "--force"], tmp, runtime_venv.environment()),
+        "PyTorch bf16 process": ([sys.executable, "-m", "bench.cpu_race_torch", "embed", config, str(weights),
+                                  str(package), str(threads), *photos], ROOT, None),
     }
     times: dict[str, list[float]] = {label: [] for label in commands}
     lines: dict[str, str] = {}
     for _ in range(reps):
-        for label, command in commands.items():
+        for label, (command, cwd, env) in commands.items():
             start = time.perf_counter()
-            done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=ROOT)
+            done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=cwd, env=env)
             times[label].append(round(time.perf_counter() - start, 3))
             if done.returncode:
                 raise RuntimeError(f"{label} failed: {done.stderr.strip().splitlines()[-1:]}")
             lines[label] = next((line for line in done.stderr.splitlines() if "path:" in line), "")
     medians = {label: statistics.median(t) for label, t in times.items()}
-    return {"size": size, "photos": list(EMBED_PHOTOS), "threads": threads, "times_s": times,
+    return {"size": size, "photos": list(EMBED_PHOTOS), "threads": threads, "runtime_python": str(python),
+            "times_s": times,
             "median_s": medians, "path_line": lines.get("runtime embed (default path)", ""),
             "speedup_vs_torch_bf16": round(medians["PyTorch bf16 process"] / medians["runtime embed (default path)"],
                                            3)}
@@ -302,7 +308,8 @@ def markdown(result: dict) -> str:
     for e in result.get("embed") or []:
         lines += [f"## Process wall time at {e['size']}x{e['size']}: `runtime embed` against a PyTorch bf16 process", "",
                   (f"{len(e['photos'])} photos at {e['size']}x{e['size']}, {e['threads']} thread(s), each command a "
-                   f"fresh process (PyTorch loads the same weights from safetensors); {e['path_line']}"), "",
+                   f"fresh process (`runtime embed` in a `.[runtime]` venv; PyTorch loads the same weights from "
+                   f"safetensors); {e['path_line']}"), "",
                   "| command | median s | runs |", "|---|---:|---|"]
         for label, median in e["median_s"].items():
             lines.append(f"| {label} | {median:.2f} | {', '.join(f'{t:.2f}' for t in e['times_s'][label])} |")
@@ -320,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--package", type=Path, help="also time `runtime embed` on this package against PyTorch")
     parser.add_argument("--embed-sizes", default="1024",
                         help="square photo sides of the --package race, comma-separated (default 1024)")
+    parser.add_argument("--runtime-python", type=Path, metavar="PY",
+                        help="the python that runs `runtime embed` in the --package race (default: a fresh venv "
+                             "with `pip install .[runtime]` alone, what users install, made for the run)")
     parser.add_argument("--suffix", default="")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
@@ -343,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                     r["tflops"] = encoder_flops(vision, r["grid_thw"]) / r["median_s"] / 1e12
             result["runs"][str(threads)] = run
         if args.package:  # --package alone (--sizes '' --video 0): the process race only
+            python = args.runtime_python or runtime_venv.make(Path(tmp) / "runtime-venv")
             result["embed"] = [embed_race(args.package, export["model"], export.get("seed", 0), int(size),
-                                          max(int(t) for t in args.threads.split(",")), args.reps, Path(tmp))
+                                          max(int(t) for t in args.threads.split(",")), args.reps, Path(tmp), python)
                                for size in args.embed_sizes.split(",") if size]
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     stem = "cpu-race" + (f"-{args.suffix}" if args.suffix else "")

@@ -19,13 +19,32 @@ import gc
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
-import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from core.errors import UsageError
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+
+def _ir():
+    """onnx_ir, imported on first use: it pulls in sympy (1-3 s of a process's start on 2 cores), which the
+    runtime's commands (`runtime embed`, `verify`: metadata and protobuf reads only) never need."""
+    import onnx_ir
+
+    return onnx_ir
+
+
+def is_ir_model(obj) -> bool:
+    """Whether `obj` is an onnx-ir model (one exists only once onnx_ir is imported: never imports it)."""
+    ir = sys.modules.get("onnx_ir")
+    return ir is not None and isinstance(obj, ir.Model)
+
 
 #: Above this many bytes of weights a model is written with external data (`model.onnx.data`).
 EXTERNAL_DATA_THRESHOLD = 512 * 1024 * 1024
@@ -141,6 +160,7 @@ def load(path: str | os.PathLike, in_memory: bool = False) -> ir.Model:
     path = model_path(path)
     read_proto(path)
     collect_for(path)
+    ir = _ir()
     try:
         model = ir.load(str(path))
         if in_memory:
@@ -167,7 +187,7 @@ def collect_for(src: str | os.PathLike | ir.Model | onnx.ModelProto) -> None:
     loop over small models (the outlier check's one-MatMul models, surgery on detectors, the tests) paid
     at every load.
     """
-    if isinstance(src, ir.Model):
+    if is_ir_model(src):
         size = weight_bytes(src)
     elif isinstance(src, onnx.ModelProto):
         size = sum(t.ByteSize() for t in src.graph.initializer)
@@ -212,7 +232,7 @@ def declare_domains(model: ir.Model) -> None:
     such a model, but ONNX's shape inference (which `quantize_dynamic` runs) refuses it ("No opset import
     for domain com.microsoft").
     """
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+    for node in _ir().traversal.RecursiveGraphIterator(model.graph):
         if node.domain not in ("", "ai.onnx") and node.domain not in model.opset_imports:
             model.opset_imports[node.domain] = 1
 
@@ -227,9 +247,9 @@ def save(model: ir.Model, path: str | os.PathLike, external: bool | None = None)
         external = weight_bytes(model) > EXTERNAL_DATA_THRESHOLD
     data = path.with_name(path.name + ".data")
     if external:
-        ir.save(model, str(path), external_data=data.name, size_threshold_bytes=1024)
+        _ir().save(model, str(path), external_data=data.name, size_threshold_bytes=1024)
     else:
-        ir.save(model, str(path))
+        _ir().save(model, str(path))
     return file_sizes(path)
 
 
@@ -300,6 +320,7 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
 
     Only for models under protobuf's 2 GiB limit: UsageError past it, never a protobuf traceback.
     """
+    ir = _ir()
     inline = sum(v.const_value.nbytes for v in model.graph.initializers.values()
                  if v.const_value is not None and not isinstance(v.const_value, ir.ExternalTensor))
     if inline >= 2**31 - 2**24:  # external references (e.g. weights held out of a pass) serialise as a few bytes

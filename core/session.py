@@ -8,16 +8,19 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from core import cpu, onnx_io
 from core.errors import UsageError
 from core.progress import say
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 ort.set_default_logger_severity(4)  # errors reach the user through exceptions, not ORT's log
 
@@ -102,12 +105,13 @@ def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: i
     """
     onnx_io.collect_for(src)  # a dropped onnx-ir model frees its weights before ORT loads another copy
     options = _options(threads, optimize, in_order)
-    name = "the model" if isinstance(src, (ir.Model, onnx.ModelProto)) else str(src)
+    in_memory = onnx_io.is_ir_model(src) or isinstance(src, onnx.ModelProto)
+    name = "the model" if in_memory else str(src)
     try:
-        if isinstance(src, (ir.Model, onnx.ModelProto)):
+        if in_memory:
             with tempfile.TemporaryDirectory(prefix="vision-onnx-session-") as tmp:
                 path = Path(tmp) / onnx_io.MODEL_FILE
-                if isinstance(src, ir.Model):
+                if onnx_io.is_ir_model(src):
                     onnx_io.save(src, path)
                 else:
                     onnx_io.save_proto(src, path)

@@ -86,8 +86,8 @@ def test_held_out_photos_measured_in_openvino(stage, tiny_optimized):
 def test_weights_and_activations_int8_attention_float(stage):
     """Most weight MatMuls take int8 activations and weights (one FakeQuantize each, before them or before a
     reshape, that feeds nothing but them; int8 constants); the
-    attention (OpenVINO's ScaledDotProductAttention in the If and Loop bodies) and the patch embedding (a MatMul
-    reading pixel_values since the optimize stage's patch pass) stay float; whatever else stays float is named with
+    attention (OpenVINO's ScaledDotProductAttention in the If and Loop bodies), the patch embedding (a MatMul
+    reading pixel_values since the optimize stage's patch pass) and the output heads (the mergers' MLPs) stay float; whatever else stays float is named with
     its reason."""
     import openvino as ov
 
@@ -103,6 +103,9 @@ def test_weights_and_activations_int8_attention_float(stage):
     pixels = ov_int8.pixel_matmuls(model)
     assert len(pixels) == 1 and pixels[0] not in quantized
     assert {"node": pixels[0], "reason": ov_int8.WHY_PIXELS} in report["float_weight_nodes"]
+    heads = ov_int8.head_matmuls(model)  # each merger's fc1 and fc2: 2 per output
+    assert len(heads) == 2 * len(model.outputs) and not set(heads) & set(quantized)
+    assert all({"node": n, "reason": ov_int8.WHY_HEAD} in report["float_weight_nodes"] for n in heads)
     fake_quantize = [op for op in model.get_ordered_ops() if op.get_type_name() == "FakeQuantize"]
     assert fake_quantize and len(fake_quantize) == len(quantized)
     readers, todo = set(), [op.output(0) for op in fake_quantize]

@@ -6,62 +6,36 @@ local package index, without byte-compiling: 46 s while other jobs loaded both c
 for the module. Marked `venv` (`pytest -m "not venv"` leaves it out); it runs in `make test`.
 """
 
-import os
 import shutil
 import subprocess
-import sys
-import time
-import tomllib
 from pathlib import Path
 
 import pytest
 
+from bench import runtime_venv
 from release.package import package
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "qwen3-vl-tiny"
-#: pip output that means no package index is reachable (not a fault of the project).
-OFFLINE = ("Could not find a version that satisfies", "NewConnectionError", "Temporary failure in name resolution",
-           "No matching distribution found")
 
 pytestmark = pytest.mark.venv
 
 
-def project_source(dest: Path) -> Path:
-    """A copy of what `pip install .` reads (pyproject.toml, README.md, the packages it lists), so the build
-    never writes into the checkout (setuptools' build/ would land in the stage folders' build/)."""
-    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = [p.rstrip("*") for p in meta["tool"]["setuptools"]["packages"]["find"]["include"]]
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copyfile(ROOT / name, dest / name)
-    for name in packages:
-        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
-
-
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    """The python of a fresh venv holding `.[runtime]` only."""
-    root = tmp_path_factory.mktemp("venv")
-    (root / "src").mkdir()
-    source = project_source(root / "src")
-    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
-    python = root / "venv" / "bin" / "python"
-    start = time.perf_counter()
-    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", f"{source}[runtime]"],
-                          check=False, capture_output=True, text=True, cwd=root)  # build files stay in root
-    print(f"[test] pip install .[runtime] into a fresh venv: {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    if done.returncode != 0:
-        if any(marker in done.stderr for marker in OFFLINE):
-            pytest.skip(f"no package index reachable for the fresh venv: {done.stderr.strip().splitlines()[-1]}")
-        pytest.fail(f"pip install .[runtime] failed:\n{done.stderr[-3000:]}")
-    return python
+    """The python of a fresh venv holding `.[runtime]` only (`bench.runtime_venv`)."""
+    try:
+        return runtime_venv.make(tmp_path_factory.mktemp("venv"))
+    except runtime_venv.NoIndex as err:
+        pytest.skip(f"no package index reachable for the fresh venv: {err}")
+    except RuntimeError as err:
+        pytest.fail(str(err))
 
 
 def run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run `python ARGS` in the venv, outside the checkout (so only the installed packages are importable)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run([str(python), *args], check=False, capture_output=True, text=True, cwd=cwd, env=env)
+    return subprocess.run([str(python), *args], check=False, capture_output=True, text=True, cwd=cwd,
+                          env=runtime_venv.environment())
 
 
 def test_runtime_venv_has_no_torch(venv, tmp_path):
@@ -112,3 +86,14 @@ def test_package_verify_and_embed_without_torch(venv, tiny_exports, tmp_path):
         rh, rw = smart_resize(h, w, 32)
         grid = [1, rh // 16, rw // 16]
         assert line == f"{grid} ({grid[1] * grid[2] // 4}, 96) True"
+
+
+def test_runtime_start_imports_no_heavy_module(venv, tmp_path):
+    """What `runtime embed` and `verify` import before any work (the CLI and the families' preprocessing) holds no
+    torch, onnx_ir or sympy: each costs a user's process 1-3 s of start on 2 cores (core.onnx_io imports onnx_ir
+    on first use)."""
+    check = ("import sys, runtime.__main__, families.qwen_vl.preprocess, families.phi4_mm.preprocess; "
+             "print(sorted(m for m in ('torch', 'onnx_ir', 'sympy', 'onnxscript') if m in sys.modules))")
+    done = run(venv, "-c", check, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

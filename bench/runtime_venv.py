@@ -1,0 +1,62 @@
+"""A fresh venv holding what `pip install '.[runtime]'` installs and nothing else (no torch): the product runtime
+as users get it. `tests/test_runtime_venv.py` checks the package in it; `bench.cpu_race` times `runtime embed` in
+it (transformers imports torch, 1-2 s of a process's start, wherever torch is installed; users of the runtime
+have none).
+
+About 25-60 s from the local package index (no byte-compiling at install: the first import compiles).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: pip output that means no package index is reachable (not a fault of the project).
+OFFLINE = ("Could not find a version that satisfies", "NewConnectionError", "Temporary failure in name resolution",
+           "No matching distribution found")
+
+
+class NoIndex(RuntimeError):
+    """No package index reachable: the venv cannot be made here (the message is pip's last line)."""
+
+
+def project_source(dest: Path) -> Path:
+    """A copy of what `pip install .` reads (pyproject.toml, README.md, the packages it lists) in `dest`, so the
+    build never writes into the checkout (setuptools' build/ would land in the stage folders' build/)."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = [p.rstrip("*") for p in meta["tool"]["setuptools"]["packages"]["find"]["include"]]
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copyfile(ROOT / name, dest / name)
+    for name in packages:
+        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def make(root: Path) -> Path:
+    """The python of a new venv in `root`/venv with `.[runtime]` installed (from a copy of the sources in
+    `root`/src). NoIndex when pip reaches no package index; RuntimeError with pip's output on other failures."""
+    (root / "src").mkdir(parents=True)
+    source = project_source(root / "src")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    start = time.perf_counter()
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", f"{source}[runtime]"],
+                          check=False, capture_output=True, text=True, cwd=root)  # build files stay in root
+    print(f"[runtime-venv] pip install .[runtime] into a fresh venv: {time.perf_counter() - start:.0f} s",
+          file=sys.stderr)
+    if done.returncode != 0:
+        if any(marker in done.stderr for marker in OFFLINE):
+            raise NoIndex(done.stderr.strip().splitlines()[-1])
+        raise RuntimeError(f"pip install .[runtime] failed:\n{done.stderr[-3000:]}")
+    return python
+
+
+def environment() -> dict[str, str]:
+    """This process's environment without what would point the venv's python at the checkout or this venv."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
