@@ -34,9 +34,12 @@ def default_precision() -> str:
 
 @dataclass(frozen=True)
 class Engine:
-    """name: onnxruntime | openvino; precision: OpenVINO's f32 | bf16 (None: `default_precision()`)."""
+    """name: onnxruntime | openvino; precision: OpenVINO's f32 | bf16 (None: `default_precision()`); compile_cache:
+    OpenVINO keeps compiled models in `openvino_session.compile_cache_folder()` (the runtime's commands: a process
+    that embeds a few images is dominated by compiling; the stages and checks never cache)."""
     name: str = "onnxruntime"
     precision: str | None = None
+    compile_cache: bool = False
 
     def __post_init__(self):
         if self.name not in (*ENGINES, AUTO):
@@ -54,7 +57,8 @@ class Engine:
             raise ValueError("--engine auto is resolved to an engine (runtime.path_choice) before a session opens")
         if self.name == "onnxruntime":
             return session.open_session(model, threads)
-        return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision())
+        cache = openvino_session.compile_cache_folder() if self.compile_cache else None
+        return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision(), cache=cache)
 
     def describe(self) -> str:
         """'onnxruntime' or 'openvino bf16' (the precision it resolves to)."""

@@ -46,15 +46,15 @@ class Path:
 #: - amx (Intel Xeon with AMX-BF16/INT8; issue 33's run and bench/results/cpu-race.md where run on one): OpenVINO
 #:   bf16 on the fp32 file 0.91 s / 6.73 s against ONNX Runtime INT8 0.87 s / 10.4 s (before attention ran batched
 #:   in OpenVINO, which gains it most at large sizes);
-#: - avx512-bf16 without AMX (AMD EPYC Zen 4, bench/results/cpu-race-avx512-bf16.md): ONNX Runtime INT8 1.56 s /
-#:   14.4 s / 1.82 s (448^2, 1024^2, 8 frames of 448^2) against OpenVINO bf16 1.80 / 13.5 / 2.75 s at 6x the memory
-#:   (OpenVINO's INT8, 1.26 / 10.2 / 1.67 s, is under FLOOR on photos); Zen 5 (docs/runtime-openvino.md): ORT INT8
-#:   2.40-2.45x ORT fp32, OpenVINO bf16 1.74-1.85x;
+#: - avx512-bf16 without AMX (AMD EPYC Zen 4, bench/results/cpu-race-avx512-bf16.md): OpenVINO's INT8 (the ov-int8
+#:   variant: integer linear layers, bf16 attention; above FLOOR on photos since its output heads stay float) first,
+#:   then ONNX Runtime INT8, then OpenVINO bf16 on the fp32 file (the race's figures: docs/runtimes.md); Zen 5
+#:   (docs/runtime-openvino.md): ORT INT8 2.40-2.45x ORT fp32, OpenVINO bf16 1.74-1.85x;
 #: - vnni (AMD EPYC with AVX-512 VNNI, docs/quantization.md): ONNX Runtime INT8 2.67-2.81x fp32;
 #: - avx2 (AMD EPYC Zen 3, AVX2 only: bench/results/cpu-race.md): ONNX Runtime INT8 first.
 RANKING: dict[str, tuple[Path, ...]] = {
     AMX: (Path("openvino", "fp32", "bf16"), Path("onnxruntime", "int8"), Path("openvino", "fp32", "f32")),
-    AVX512_BF16: (Path("onnxruntime", "int8"), Path("openvino", "fp32", "bf16")),
+    AVX512_BF16: (Path("openvino", "ov-int8", "bf16"), Path("onnxruntime", "int8"), Path("openvino", "fp32", "bf16")),
     VNNI: (Path("onnxruntime", "int8"),),
     AVX2: (Path("onnxruntime", "int8"),),
 }
@@ -80,7 +80,8 @@ class Choice:
 
     @property
     def engine(self) -> Engine:
-        return Engine(self.path.engine, self.path.precision)
+        """The engine that runs the path; OpenVINO with its compiled-model cache (core.engine)."""
+        return Engine(self.path.engine, self.path.precision, compile_cache=True)
 
     @property
     def variant(self) -> str:

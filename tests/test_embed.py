@@ -264,6 +264,30 @@ def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys)
                                              qwen_dist / QWEN, 1)
 
 
+def test_openvino_compile_cache_is_filled_then_read_and_changes_nothing(qwen_dist, photos, tmp_path, capsys,
+                                                                       monkeypatch):
+    """`embed` on OpenVINO keeps its compiled model in the cache folder (core.openvino_session.compile_cache_folder,
+    here a temporary one); the next process reads it back and writes the same bytes; "off" turns it off."""
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    from core import openvino_session
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(openvino_session.CACHE_ENV, str(cache))
+    inputs = [photos[PACK[0]], photos[PACK[1]], "--package", qwen_dist / QWEN, "--engine", "openvino",
+              "--precision", "f32"]
+    assert embed([*inputs, "--out", tmp_path / "first.npz"], capsys)[0] == 0
+    blobs = sorted(cache.rglob("*.blob"))
+    assert blobs, sorted(cache.rglob("*"))
+    assert embed([*inputs, "--out", tmp_path / "second.npz"], capsys)[0] == 0
+    assert sorted(cache.rglob("*.blob")) == blobs  # read back, not compiled anew
+    with np.load(tmp_path / "first.npz") as first, np.load(tmp_path / "second.npz") as second:
+        assert sorted(first.files) == sorted(second.files)
+        for key in first.files:
+            np.testing.assert_array_equal(first[key], second[key])
+    monkeypatch.setenv(openvino_session.CACHE_ENV, "off")
+    assert openvino_session.compile_cache_folder() is None
+
+
 def test_precision_without_openvino_is_one_line(qwen_dist, photos, tmp_path, capsys):
     """--precision with --engine onnxruntime (alone it means OpenVINO: tests/test_path_choice.py)."""
     code, _, err = embed([photos["coffee"], "--package", qwen_dist / QWEN, "--out", tmp_path / "x.npz",

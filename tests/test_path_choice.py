@@ -24,6 +24,8 @@ def manifest(**accuracy) -> dict:
 
 
 SHIPPED = manifest(int8=0.99830, q4=0.98515)
+WITH_OV_INT8 = manifest(int8=0.99830, ov_int8=(0.99810, 0.99816))
+WITH_OV_INT8["variants"][2]["file"] = "openvino/vision_encoder_int8.xml"
 
 
 @pytest.mark.parametrize("kind, openvino, bf16, expected", [
@@ -37,6 +39,18 @@ def test_each_cpu_class_takes_its_fastest_path(kind, openvino, bf16, expected):
     choice = pc.choose(SHIPPED, cpu_kind=kind, have_openvino=openvino, have_bf16=bf16)
     assert choice.path == expected
     assert choice.why.startswith(f"auto: fastest on a {kind} CPU")
+
+
+def test_avx512_bf16_takes_openvino_int8_when_shipped_and_above_the_floor():
+    """Zen 4 (bench/results/cpu-race-avx512-bf16.md): OpenVINO INT8 first; under the floor on photos (the 2B
+    variant before its output heads stayed float: 0.99770) ONNX Runtime INT8 runs, and the line says why."""
+    choice = pc.choose(WITH_OV_INT8, cpu_kind=AVX512_BF16, have_openvino=True, have_bf16=True)
+    assert choice.path == Path("openvino", "ov-int8", "bf16")
+    under = manifest(int8=0.99830, ov_int8=(0.99810, 0.99770))
+    choice = pc.choose(under, cpu_kind=AVX512_BF16, have_openvino=True, have_bf16=True)
+    assert choice.path == Path("onnxruntime", "int8")
+    assert "ov-int8 min per-token cosine 0.99770 < 0.998" in choice.line()
+    assert pc.choose(WITH_OV_INT8, cpu_kind=AVX512_BF16, have_openvino=False).path == Path("onnxruntime", "int8")
 
 
 def test_a_variant_under_the_floor_is_skipped_with_its_reason():
