@@ -47,8 +47,9 @@ class Path:
 #:   bf16 on the fp32 file 0.91 s / 6.73 s against ONNX Runtime INT8 0.87 s / 10.4 s (before attention ran batched
 #:   in OpenVINO, which gains it most at large sizes);
 #: - avx512-bf16 without AMX (AMD EPYC Zen 4, bench/results/cpu-race-avx512-bf16.md): OpenVINO's INT8 (the ov-int8
-#:   variant: integer linear layers, bf16 attention; above FLOOR on photos since its output heads stay float) first,
-#:   then ONNX Runtime INT8, then OpenVINO bf16 on the fp32 file (the race's figures: docs/runtimes.md); Zen 5
+#:   variant: integer linear layers, bf16 attention; above FLOOR on photos since its output heads stay float)
+#:   1.33 s / 10.8 s / 1.85 s (448^2, 1024^2, 8 frames of 448^2) first, then ONNX Runtime INT8 1.50 / 14.8 / 1.93 s,
+#:   then OpenVINO bf16 on the fp32 file 1.90 / 13.2 / 2.87 s at 5x the memory; Zen 5
 #:   (docs/runtime-openvino.md): ORT INT8 2.40-2.45x ORT fp32, OpenVINO bf16 1.74-1.85x;
 #: - vnni (AMD EPYC with AVX-512 VNNI, docs/quantization.md): ONNX Runtime INT8 2.67-2.81x fp32;
 #: - avx2 (AMD EPYC Zen 3, AVX2 only: bench/results/cpu-race.md): ONNX Runtime INT8 first.
