@@ -3,7 +3,8 @@ files (and of one video given as frames) from a release package, without torch.
 
 Every image (and the video) is preprocessed as the model's own processor does (`Family.processing`: families/<family>/preprocess*.py),
 then all of them run as one pack (mixed sizes) through `onnx/vision_encoder[_VARIANT].onnx`, and the
-outputs are split back per entry. FILE.npz holds:
+outputs are split back per entry; on OpenVINO each entry runs alone (`entry_packs`: its first run at a large
+new shape costs more than the runs saved by packing). FILE.npz holds:
 - `entries`: str [num_entries], `image_0`, `image_1`, ... in the order given, then `video`;
 - `ENTRY.source`: str [files] the file(s) of the entry (a video's frames in order);
 - Qwen3-VL: `ENTRY.grid_thw` int64 [3] (t, h, w in patches) and one array per model output,
@@ -94,6 +95,22 @@ def cast_feeds(sess, feeds: dict[str, np.ndarray], model: Path, family: str) -> 
     return {name: array.astype(dtypes.get(declared[name], array.dtype), copy=False) for name, array in feeds.items()}
 
 
+def entry_packs(embed_pack, folder: Path, images: list, frames: list) -> list[Pack]:
+    """One Pack per entry (each image alone, then the video), named as in the whole pack (image_0, ..., video):
+    what OpenVINO runs. Its CPU plugin prepares its kernels and buffers at each new input shape, at a cost that
+    grows with the shape: Qwen3-VL-2B's ov-int8, four 1024x1024 photos, 2 cores of an AMD EPYC Zen 4: as one pack
+    53 s at the first run, 45-46 s at the next; one photo 12.0 s first, 11.2 s next (2026-11-27, by hand; the
+    process race, bench.cpu_race --package, times the command). ONNX Runtime runs the whole pack (`embed`)."""
+    packs = []
+    for i, item in enumerate(images):
+        pack = embed_pack(folder, [item], [])
+        pack.names = [f"image_{i}"]
+        packs.append(pack)
+    if frames:
+        packs.append(embed_pack(folder, [], frames))
+    return packs
+
+
 def split(outputs: dict[str, np.ndarray], pack: Pack) -> dict[str, np.ndarray]:
     """The npz content: every output cut into per-entry rows (see the module docstring)."""
     total = sum(pack.tokens)
@@ -147,15 +164,19 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
         budget = images.pixel_budget(processing.max_pixels(folder), max_image_pixels)
         with step(f"preprocess {len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video"
                                                                if frame_paths else ""), tag=TAG):
-            pack = processing.embed_pack(
-                folder, list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
-                list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
+            loaded = (list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
+                      list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
+            packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.name == "openvino"
+                     else [processing.embed_pack(folder, *loaded)])
         sess = engine.open(model, threads)
-        feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
-        with step(f"run {model.relative_to(folder)} on {len(pack.names)} entries "
-                  f"({sum(pack.tokens)} tokens, {engine.describe()})", tag=TAG):
-            outputs = session.run(sess, feeds)
-    result = split(outputs, pack)
+        names = [name for pack in packs for name in pack.names]
+        with step(f"run {model.relative_to(folder)} on {len(names)} entries "
+                  f"({sum(sum(pack.tokens) for pack in packs)} tokens, {engine.describe()}"
+                  f"{', one entry per run' if len(packs) > 1 else ''})", tag=TAG):
+            result = {"entries": np.array(names)}
+            for pack in packs:
+                feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
+                result.update({k: v for k, v in split(session.run(sess, feeds), pack).items() if k != "entries"})
     with staged_file(out) as tmp:
         np.savez(tmp, **result)
     return result
