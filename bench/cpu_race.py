@@ -16,8 +16,8 @@ each OV path at the largest image case of at most 1024^2. The default path is wh
 `--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
 (no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
 `bench.runtime_venv`, or `--runtime-python`; OpenVINO's compile cache filled by an untimed first round, as for
-a user's second run; and ONNX Runtime INT8 named explicitly, EMBED_ALSO) against a PyTorch bf16 process that loads the same weights from a safetensors file
-and embeds the same 4 photos.
+a user's second run; and ONNX Runtime INT8 named explicitly, EMBED_ALSO) against a PyTorch bf16 process that
+loads the same weights from a safetensors file and embeds the same 4 photos.
 Writes bench/results/cpu-race[-SUFFIX].json and .md.
 """
 
@@ -247,10 +247,10 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
                        check=True, cwd=ROOT)
     embed = [str(python), "-m", "runtime", "embed", *photos, "--package", str(package.resolve()), "--out",
              str(tmp / "embed.npz"), "--threads", str(threads), "--force"]
-    env = {**runtime_venv.environment(), CACHE_ENV: str(tmp / "openvino-cache")}
+    venv_env = {**runtime_venv.environment(), CACHE_ENV: str(tmp / "openvino-cache")}
     commands = {  # (command, working folder, environment)
-        "runtime embed (default path)": (embed, tmp, env),
-        **{f"runtime embed {' '.join(options)}": ([*embed, *options], tmp, env) for options in EMBED_ALSO},
+        "runtime embed (default path)": (embed, tmp, venv_env),
+        **{f"runtime embed {' '.join(options)}": ([*embed, *options], tmp, venv_env) for options in EMBED_ALSO},
         "PyTorch bf16 process": ([sys.executable, "-m", "bench.cpu_race_torch", "embed", config, str(weights),
                                   str(package), str(threads), *photos], ROOT, None),
     }

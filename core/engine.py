@@ -60,6 +60,15 @@ class Engine:
         cache = openvino_session.compile_cache_folder() if self.compile_cache else None
         return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision(), cache=cache)
 
+    @property
+    def one_entry_per_run(self) -> bool:
+        """Whether `runtime embed` runs each entry (image, video) alone rather than all as one pack: on OpenVINO,
+        whose CPU plugin prepares its kernels and buffers at each new input shape, at a cost that grows with the
+        shape (Qwen3-VL-2B's ov-int8, four 1024x1024 photos, 2 cores of an AMD EPYC Zen 4: as one pack 53 s at the
+        first run, 45-46 s at the next; one photo 12.0 s first, 11.2 s next; 2026-11-27, by hand; the process race,
+        `bench.cpu_race --package`, times the command). ONNX Runtime runs the pack."""
+        return self.name == "openvino"
+
     def describe(self) -> str:
         """'onnxruntime' or 'openvino bf16' (the precision it resolves to)."""
         if self.name in ("onnxruntime", AUTO):

@@ -19,6 +19,7 @@ import numpy as np
 
 from core import onnx_io
 from core.errors import UsageError
+from core.staging import user_cache
 
 PRECISIONS = ("f32", "bf16")
 #: The model file of an IR stage folder (its weights: model.bin beside it).
@@ -100,9 +101,9 @@ CACHE_ENV = "VISION_ONNX_CACHE"
 
 
 def compile_cache_folder() -> Path | None:
-    """The folder where the runtime's OpenVINO sessions keep compiled models (OpenVINO's CACHE_DIR): $VISION_ONNX_CACHE,
-    else $XDG_CACHE_HOME/vision-onnx/openvino, else ~/.cache/vision-onnx/openvino; None when turned off or not
-    writable (the session then compiles as without it).
+    """The folder where the runtime's OpenVINO sessions keep compiled models (OpenVINO's CACHE_DIR):
+    $VISION_ONNX_CACHE, else `core.staging.user_cache("openvino")` (~/.cache/vlm-vision-onnx/openvino); None when
+    turned off or not writable (the session then compiles as without it).
 
     Why: compiling Qwen3-VL-2B's ov-int8 IR takes 6.1 s of a `runtime embed` process on 2 cores (AMD EPYC Zen 4),
     reading it back from the cache 0.7 s; the cache holds one blob per model and settings, about the size of the
@@ -110,8 +111,7 @@ def compile_cache_folder() -> Path | None:
     named = os.environ.get(CACHE_ENV)
     if named is not None and named.strip().lower() in ("", "off"):
         return None
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    folder = Path(named) if named else Path(base) / "vision-onnx" / "openvino"
+    folder = Path(named) if named else user_cache("openvino")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:

@@ -46,6 +46,13 @@ FILES = "written_files"
 RESULT_MARK = b"vlm-vision-onnx result"
 
 
+def user_cache(name: str) -> Path:
+    """$XDG_CACHE_HOME/vlm-vision-onnx/NAME, else ~/.cache/vlm-vision-onnx/NAME: where the runtime keeps what it
+    compiled for the next run (the QNN EP's contexts, runtime.npu_context_cache; OpenVINO's compiled models,
+    core.openvino_session.compile_cache_folder). Not created here."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vlm-vision-onnx" / name
+
+
 def add_clobber_argument(parser) -> None:
     """`--clobber` beside a command's `--force` (same destination: `force` = CLOBBER)."""
     parser.add_argument("--clobber", dest="force", action="store_const", const=CLOBBER, default=False,

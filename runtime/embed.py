@@ -3,8 +3,8 @@ files (and of one video given as frames) from a release package, without torch.
 
 Every image (and the video) is preprocessed as the model's own processor does (`Family.processing`: families/<family>/preprocess*.py),
 then all of them run as one pack (mixed sizes) through `onnx/vision_encoder[_VARIANT].onnx`, and the
-outputs are split back per entry; on OpenVINO each entry runs alone (`entry_packs`: its first run at a large
-new shape costs more than the runs saved by packing). FILE.npz holds:
+outputs are split back per entry; on OpenVINO each entry runs alone (`entry_packs`, `Engine.one_entry_per_run`:
+its first run at a large new shape costs more than the runs saved by packing). FILE.npz holds:
 - `entries`: str [num_entries], `image_0`, `image_1`, ... in the order given, then `video`;
 - `ENTRY.source`: str [files] the file(s) of the entry (a video's frames in order);
 - Qwen3-VL: `ENTRY.grid_thw` int64 [3] (t, h, w in patches) and one array per model output,
@@ -97,10 +97,7 @@ def cast_feeds(sess, feeds: dict[str, np.ndarray], model: Path, family: str) -> 
 
 def entry_packs(embed_pack, folder: Path, images: list, frames: list) -> list[Pack]:
     """One Pack per entry (each image alone, then the video), named as in the whole pack (image_0, ..., video):
-    what OpenVINO runs. Its CPU plugin prepares its kernels and buffers at each new input shape, at a cost that
-    grows with the shape: Qwen3-VL-2B's ov-int8, four 1024x1024 photos, 2 cores of an AMD EPYC Zen 4: as one pack
-    53 s at the first run, 45-46 s at the next; one photo 12.0 s first, 11.2 s next (2026-11-27, by hand; the
-    process race, bench.cpu_race --package, times the command). ONNX Runtime runs the whole pack (`embed`)."""
+    what an engine with `Engine.one_entry_per_run` (OpenVINO) runs."""
     packs = []
     for i, item in enumerate(images):
         pack = embed_pack(folder, [item], [])
@@ -166,7 +163,7 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
                                                                if frame_paths else ""), tag=TAG):
             loaded = (list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
                       list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
-            packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.name == "openvino"
+            packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.one_entry_per_run
                      else [processing.embed_pack(folder, *loaded)])
         sess = engine.open(model, threads)
         names = [name for pack in packs for name in pack.names]

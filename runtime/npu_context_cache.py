@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,8 +28,9 @@ import onnxruntime as ort
 from core import onnx_io
 from core.errors import CheckFailed
 from core.session import ORT_ERRORS
+from core.staging import user_cache
 
-DEFAULT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vlm-vision-onnx" / "qnn-context"
+DEFAULT = user_cache("qnn-context")
 MARKER = ".vlm-vision-onnx-context"
 CONTEXT = "model_ctx.onnx"
 CHUNK = 1 << 24

@@ -17,17 +17,12 @@ from tests.support import QWEN, install_torchvision_stub, stubbed_video_processo
 def openvino_compile_cache(tmp_path_factory):
     """The runtime's OpenVINO compile cache (core.openvino_session.compile_cache_folder) in the session's temporary
     folder, never the user's ~/.cache; subprocesses inherit it."""
-    import os
-
     from core.openvino_session import CACHE_ENV
 
-    before = os.environ.get(CACHE_ENV)
-    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("openvino-cache"))
-    yield Path(os.environ[CACHE_ENV])
-    if before is None:
-        os.environ.pop(CACHE_ENV, None)
-    else:
-        os.environ[CACHE_ENV] = before
+    folder = tmp_path_factory.mktemp("openvino-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(folder))
+        yield folder
 
 
 def export_tiny(out, *extra) -> dict:

@@ -234,8 +234,9 @@ def test_sample_photos_embed_as_folder_and_video(qwen_dist, tmp_path, capsys):
 
 
 def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys):
-    """`embed --engine openvino` on a mixed pack plus a video (OpenVINO runs each entry alone, ONNX Runtime the pack):
-    f32 within the export's tolerance of `embed` (ONNX Runtime), bf16 (where the CPU has it) at a min per-token cosine >= core.engine.BF16_FLOOR; `verify` runs it."""
+    """`embed --engine openvino` on a mixed pack plus a video (OpenVINO runs each entry alone, ONNX Runtime the
+    pack): f32 within the export's tolerance of `embed` (ONNX Runtime), bf16 (where the CPU has it) at a min
+    per-token cosine >= core.engine.BF16_FLOOR; `verify` runs it."""
     pytest.importorskip("openvino", reason="the openvino extra is not installed")
     from core import engine, openvino_session
     from runtime import verify

@@ -87,8 +87,8 @@ def test_weights_and_activations_int8_attention_float(stage):
     """Most weight MatMuls take int8 activations and weights (one FakeQuantize each, before them or before a
     reshape, that feeds nothing but them; int8 constants); the
     attention (OpenVINO's ScaledDotProductAttention in the If and Loop bodies), the patch embedding (a MatMul
-    reading pixel_values since the optimize stage's patch pass) and the output heads (the mergers' MLPs) stay float; whatever else stays float is named with
-    its reason."""
+    reading pixel_values since the optimize stage's patch pass) and the output heads (the mergers' MLPs) stay
+    float; whatever else stays float is named with its reason."""
     import openvino as ov
 
     report = json.loads((stage / "report.json").read_text())

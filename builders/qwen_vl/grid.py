@@ -7,7 +7,8 @@ export grid into the graph. Here each is computed from `grid_thw` int64 [I, 3] a
 right for every layout. Every operand is non-negative, so integer division truncates (`_div`: one ONNX `Div`;
 torch's floor division exports as Div + Mod + sign tests + Where, whose bool ops a GPU EP takes: on ONNX
 Runtime's WebGPU EP an upload and a read-back each, bench/results/gpu-webgpu-profile-h100.json). Patches are
-laid out as the Qwen processor emits them: image after image, frame after frame, and inside a frame in spatial-merge-block order (block_row, block_col, in_row, in_col).
+laid out as the Qwen processor emits them: image after image, frame after frame, and inside a frame in
+spatial-merge-block order (block_row, block_col, in_row, in_col).
 The attention's frame (and window) segments are derived inside its own ONNX lowering (`segment_attention`).
 Shared by every Qwen generation; Qwen2.5-VL's window permutation is `window_order`.
 """
