@@ -11,8 +11,8 @@
       (OpenVINO sessions only: one run with its profiler on, the time summed per layer type and kernel)
   {"rss": true} -> {"ok": true, "peak_rss_mib": this process's peak resident memory}
 engine "torch" (bench.cpu_race: PyTorch eager as users run it) takes "file": a config name (configs/NAME.yaml),
-"seed": the export's weight seed, "precision": "f32"|"bf16", and runs transformers' tower with sdpa attention; it
-is the only engine that imports torch.
+"seed": the export's weight seed, "precision": "f32"|"bf16", and runs the family's `pytorch_run` (transformers'
+forward, sdpa attention); it is the only engine that imports torch.
 An error answers {"ok": false, "error": one line}. `bench.runtimes` runs one worker per runtime install (ONNX
 Runtime of the venv, another version from a folder on PYTHONPATH) and interleaves runs across them, so that
 versions that cannot share a process are still timed in one run.
@@ -48,36 +48,32 @@ class _Reference:
 
 
 class _Torch:
-    """transformers' eager vision tower (sdpa attention) of a config at the export's seed, in f32 or bf16, behind
-    `run` / `get_outputs` (the export's output order: merged features, then the DeepStack features)."""
+    """The eager model of a config at the export's seed as a PyTorch user runs it (the family's `pytorch_run`:
+    transformers' forward, sdpa attention) in f32 or bf16, behind `run` / `get_outputs` (the export's outputs)."""
 
     def __init__(self, config: str, seed: int, precision: str, threads: int | None):
         import torch
 
+        from builders import family as family_builder
         from builders.config import load_config
-        from builders.qwen_vl.model import build_random
+        from families import family as declared
 
         if threads:
             torch.set_num_threads(threads)
-        self.torch = torch
-        self.model = build_random(load_config(config), seed)
-        self.model.config._attn_implementation = "sdpa"
-        self.dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        self.model = self.model.to(self.dtype)
+        cfg = load_config(config)
+        family = family_builder.load(declared(cfg.family, f"config {cfg.path}").builder)
+        module, _ = family.build(cfg, None, seed)
+        self._run = family.pytorch_run(module, torch.bfloat16 if precision == "bf16" else torch.float32)
         self._names: list[str] = []
 
     def get_outputs(self):
-        """The outputs of the last run (`output_0`, ...: the tower's, in the export's order)."""
+        """The outputs of the last run (`output_0`, ...: the model's, in the export's order)."""
         from types import SimpleNamespace
 
         return [SimpleNamespace(name=n) for n in self._names]
 
     def run(self, names, feeds):
-        torch = self.torch
-        with torch.inference_mode():
-            out = self.model(torch.from_numpy(feeds["pixel_values"]).to(self.dtype),
-                             grid_thw=torch.from_numpy(feeds["grid_thw"]), return_dict=True)
-        outputs = [t.float().numpy() for t in (out.pooler_output, *getattr(out, "deepstack_features", ()))]
+        outputs = self._run(feeds)
         self._names = [f"output_{i}" for i in range(len(outputs))]
         return outputs
 

@@ -53,6 +53,10 @@ class Family(Protocol):
     def reference(self, module: torch.nn.Module):
         """inputs -> the eager model's outputs (list of arrays, in output order)."""
 
+    def pytorch_run(self, module: torch.nn.Module, dtype: torch.dtype):
+        """inputs -> outputs (float32 arrays, output order) of the model as a PyTorch user runs it: cast to
+        `dtype`, transformers' fastest correct attention (sdpa). What `bench.cpu_race` races against."""
+
     def case_facts(self, inputs: Inputs) -> dict:
         """What a report records of a case's inputs: the torch-free family's `case_layout`, from which
         later stages rebuild inputs of the same layout."""

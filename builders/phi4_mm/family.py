@@ -67,6 +67,18 @@ def reference(embed):
     return lambda inputs: reference_outputs(embed, inputs)
 
 
+def pytorch_run(embed, dtype: torch.dtype):
+    """{name: array} -> [image_features] (float32) of the embedding at `dtype` with sdpa attention.
+    transformers marks the vision attention `is_causal` (builders.phi4_mm.patcher), which sdpa honours when no
+    patch is padded: cleared here, as a user who wants the model's bidirectional attention must."""
+    embed.img_processor.config._attn_implementation = "sdpa"
+    for module in embed.modules():
+        if hasattr(module, "is_causal"):
+            module.is_causal = False
+    embed = embed.to(dtype)
+    return torch.inference_mode()(lambda inputs: reference_outputs(embed, inputs))
+
+
 def metadata(embed, images: list) -> dict:
     """Facts later stages read from the ONNX."""
     grids = [crops.layout(h, w) for h, w in images]

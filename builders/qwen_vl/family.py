@@ -139,6 +139,18 @@ class QwenBuilder:
         """{pixel_values, grid_thw} -> eager outputs, numpy."""
         return lambda inputs: reference_outputs(visual, inputs["pixel_values"], inputs["grid_thw"])
 
+    def pytorch_run(self, visual, dtype: torch.dtype):
+        """{pixel_values, grid_thw} -> outputs of transformers' tower at `dtype` with sdpa attention (float32)."""
+        visual.config._attn_implementation = "sdpa"
+        visual = visual.to(dtype)
+
+        @torch.inference_mode()
+        def run(inputs):
+            out = visual(torch.from_numpy(inputs["pixel_values"]).to(dtype),
+                         grid_thw=torch.from_numpy(inputs["grid_thw"]), return_dict=True)
+            return [t.float().numpy() for t in (out.pooler_output, *getattr(out, "deepstack_features", ()))]
+        return run
+
     def metadata(self, visual, grid_thw: np.ndarray) -> dict:
         """Facts later stages read from the ONNX (surgery reads the export grid)."""
         c = visual.config
