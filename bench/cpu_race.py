@@ -139,9 +139,12 @@ def cases(model: Path, sizes: list[int], video: int, processor: Path | None = No
     return found
 
 
-def race(build: Path, case_feeds: dict, threads: int, reps: int, tmp: Path) -> dict:
-    """Open every path with `threads`, time the cases interleaved; {case: {label: {...}}, 'rss': ..., 'profile'}."""
-    opened = paths(build)
+def race(build: Path, case_feeds: dict, threads: int, reps: int, tmp: Path, only: tuple[str, ...] | None = None,
+         untimed: tuple[str, ...] = (), profile: bool = True) -> dict:
+    """Open every path with `threads` (or those of `only` the build has), time the cases interleaved (`untimed`
+    ones run the warm-up alone: their outputs, no time); {case: {label: {...}}, 'rss': ..., 'profile'} (OpenVINO's
+    per-op profile and the batched attention's when `profile`)."""
+    opened = {label: c for label, c in paths(build).items() if only is None or label in only}
     workers = {}
     for label, command in opened.items():
         say(f"{threads} thread(s): open {label}", TAG)
@@ -159,30 +162,33 @@ def race(build: Path, case_feeds: dict, threads: int, reps: int, tmp: Path) -> d
     for case, feeds in case_feeds.items():
         feed_file = tmp / f"{case.replace(' ', '_')}.npz"
         np.savez(feed_file, **feeds)
-        outputs, times = {}, {label: [] for label in workers}
+        outputs, times = {}, {label: [] for label in workers if label not in untimed}
         for label, (worker, _, _) in workers.items():  # warm-up: its outputs give the accuracy
             out = tmp / f"{label.replace(' ', '_')}.npz"
             worker.ask(run=label, feeds=str(feed_file), out=str(out))
             with np.load(out) as data:
                 outputs[label] = [data[k] for k in data.files]
         for round_ in range(reps):
-            for label, (worker, _, _) in workers.items():
-                times[label].append(worker.ask(run=label, feeds=str(feed_file))["seconds"])
+            for label in times:
+                times[label].append(workers[label][0].ask(run=label, feeds=str(feed_file))["seconds"])
             say(f"{threads} thread(s), {case}: round {round_ + 1}/{reps}", TAG)
         reference = outputs.get(REFERENCE)
-        grid = feeds["grid_thw"].tolist()
+        layout = {"grid_thw": feeds["grid_thw"].tolist()} if "grid_thw" in feeds else \
+            {"shapes": {name: list(a.shape) for name, a in feeds.items()}}
         results["cases"][case] = {label: {
             "median_s": round(statistics.median(t), 4), "times_s": [round(x, 4) for x in t],
             "min_token_cosine": (min(min_token_cosine(o, r) for o, r in zip(outputs[label], reference))
                                  if reference is not None and len(outputs[label]) == len(reference) else None),
-            "grid_thw": grid} for label, t in times.items()}
+            **layout} for label, t in times.items()}
     results["peak_rss_mib"] = {label: w.ask(rss=True).get("peak_rss_mib") for label, (w, _, _) in workers.items()}
-    image_cases = [c for c in case_feeds if not c.startswith("video") and int(c.split("x")[0]) <= 1024]
+    image_cases = [c for c in case_feeds if profile and not c.startswith("video") and int(c.split("x")[0]) <= 1024]
     if image_cases:
         biggest = max(image_cases, key=lambda c: int(c.split("x")[0]))
         feed_file = tmp / f"{biggest}.npz"
         results["profile_case"] = biggest
         results["profile"] = {}
+        for label in [label for label in workers if not label.startswith("OV")]:  # memory for the profiles' compiles
+            workers.pop(label)[0].close()
         for label, (worker, _, _) in workers.items():
             if label.startswith("OV"):
                 try:

@@ -8,7 +8,8 @@
       (the outputs are written to `out` when given)
   {"close": LABEL} -> {"ok": true}
   {"profile": LABEL, "feeds": NPZ} -> {"ok": true, "ops": [{type, exec, precision, seconds}]}
-      (OpenVINO sessions only: one run with its profiler on, the time summed per layer type and kernel)
+      (OpenVINO sessions only: one run with its profiler on, the time summed per layer type and kernel; the
+      session is closed first, so that its compiled model is not held twice: profile a label last)
   {"rss": true} -> {"ok": true, "peak_rss_mib": this process's peak resident memory}
 engine "torch" (bench.cpu_race: PyTorch eager as users run it) takes "file": a config name (configs/NAME.yaml),
 "seed": the export's weight seed, "precision": "f32"|"bf16", and runs the family's `pytorch_run` (transformers'
@@ -78,18 +79,24 @@ class _Torch:
         return outputs
 
 
-def _profile(sess, feeds: dict) -> list[dict]:
-    """OpenVINO: a second inference with PERF_COUNT on a second compile of the same file; seconds per (layer type,
-    kernel, precision), largest first."""
+def _profile(sessions: dict, label: str, feeds: dict) -> list[dict]:
+    """OpenVINO: the session `label` closed, then its file compiled again with PERF_COUNT and run twice; seconds
+    per (layer type, kernel, precision) of the second run, largest first."""
+    import gc
+
     import openvino
 
     from core import openvino_session
 
-    config = {"INFERENCE_PRECISION_HINT": sess.precision, "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": True}
-    if getattr(sess, "threads", None):
-        config["INFERENCE_NUM_THREADS"] = sess.threads
+    sess = sessions.pop(label)
+    path, precision, threads = sess.path, sess.precision, getattr(sess, "threads", None)
+    del sess
+    gc.collect()  # the first compile's memory goes before the second's comes
+    config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY", "PERF_COUNT": True}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = threads
     core = openvino.Core()
-    compiled = openvino_session.compile_cpu(core, core.read_model(str(sess.path)), config)
+    compiled = openvino_session.compile_cpu(core, core.read_model(str(path)), config)
     request = compiled.create_infer_request()
     for _ in range(2):  # the second run's profile: the first includes its first-run allocations
         request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
@@ -155,7 +162,8 @@ def main() -> int:
                 answer = {"ok": True, "seconds": seconds}
             elif "profile" in command:
                 with np.load(command["feeds"]) as data:
-                    answer = {"ok": True, "ops": _profile(sessions[command["profile"]], {k: data[k] for k in data.files})}
+                    feeds = {k: data[k] for k in data.files}
+                answer = {"ok": True, "ops": _profile(sessions, command["profile"], feeds)}
             elif "rss" in command:
                 import resource
 
