@@ -346,9 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime-python", type=Path, metavar="PY",
                         help="the python that runs `runtime embed` in the --package race (default: a fresh venv "
                              "with `pip install .[runtime]` alone, what users install, made for the run)")
+    parser.add_argument("--paths", help="only these paths, comma-separated labels (e.g. 'PyTorch fp32,PyTorch "
+                                        "bf16,OV INT8': the memory of 2048^2); PyTorch fp32 gives the accuracy")
     parser.add_argument("--suffix", default="")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
+    only = tuple(label.strip() for label in args.paths.split(",")) if args.paths else None
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if not sizes and not args.video and not args.package:
         parser.error("nothing to run: give --sizes, --video or --package")
@@ -362,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cpu-race-") as tmp:
         feeds = cases(args.build / "optimized" / "model.onnx", sizes, args.video) if sizes or args.video else {}
         for threads in (int(t) for t in args.threads.split(",") if feeds):
-            run = race(args.build, feeds, threads, args.reps, Path(tmp))
+            run = race(args.build, feeds, threads, args.reps, Path(tmp), only)
             run["peaks_tflops"] = peaks(threads)
             for by_label in run["cases"].values():
                 for r in by_label.values():
