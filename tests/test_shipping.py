@@ -73,7 +73,8 @@ def test_bench_shipped_reads_the_model_s_family():
     assert shipped.shipped_flags("qwen2.5-vl")["int4"][-1] == "150"  # the alias of qwen2.5-vl-3b
     assert shipped.shipped_flags("qwen3-vl")["int8"] == [*DEFAULT_FLAGS["int8"], "--nbits-for", "merger"]
     assert shipped.shipped_flags("qwen3.5")["int8"] == [*DEFAULT_FLAGS["int8"], "--nbits-for", "merger"]
-    assert shipped.shipped_flags("qwen2-vl")["int8"] == list(DEFAULT_FLAGS["int8"])
+    assert shipped.shipped_flags("qwen2-vl")["int8"] == [*DEFAULT_FLAGS["int8"], "--nbits-for", "merger"]
+    assert shipped.shipped_flags("qwen2.5-vl")["int8"] == list(DEFAULT_FLAGS["int8"])
 
 
 def test_a_shipped_int8_point_is_one_the_sweep_measures():
