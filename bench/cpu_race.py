@@ -169,8 +169,8 @@ def race(build: Path, case_feeds: dict, threads: int, reps: int, tmp: Path, only
             with np.load(out) as data:
                 outputs[label] = [data[k] for k in data.files]
         for round_ in range(reps):
-            for label in times:
-                times[label].append(workers[label][0].ask(run=label, feeds=str(feed_file))["seconds"])
+            for label, taken in times.items():
+                taken.append(workers[label][0].ask(run=label, feeds=str(feed_file))["seconds"])
             say(f"{threads} thread(s), {case}: round {round_ + 1}/{reps}", TAG)
         reference = outputs.get(REFERENCE)
         layout = {"grid_thw": feeds["grid_thw"].tolist()} if "grid_thw" in feeds else \
