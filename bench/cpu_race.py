@@ -356,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     if not sizes and not args.video and not args.package:
         parser.error("nothing to run: give --sizes, --video or --package")
     export = json.loads((args.build / "export" / "report.json").read_text())
+    unknown = [label for label in only or () if label not in paths(args.build)]
+    if unknown:
+        parser.error(f"--paths: {', '.join(unknown)} is no path of {args.build} on this machine; known: "
+                     f"{', '.join(paths(args.build))}")
     vision = load_config(export["model"]).vision
     default, default_line = default_path(args.build)
     result = {"command": "python -m bench.cpu_race " + " ".join(argv if argv is not None else sys.argv[1:]),

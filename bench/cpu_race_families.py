@@ -28,7 +28,8 @@ from core.progress import say
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "cpu-race-families"
 BASE = "PyTorch bf16"
-#: The timed paths, in table order (those a build or this machine lacks are left out).
+#: The timed paths, in table order (those a build or this machine lacks are left out), and a model's default
+#: path when it is none of these (ORT fp32 on a CPU where no INT8 meets the floor).
 TIMED = (BASE, "ORT INT8", "OV bf16", "OV INT8")
 
 
@@ -60,12 +61,14 @@ def markdown(result: dict) -> str:
               "dims. Medians of interleaved rounds within each model; x = PyTorch bf16's median / the path's; "
               "accuracy: min per-token cosine over every output against PyTorch fp32 on the same photo. **Bold**: "
               "the package's default path on this machine (`runtime embed` with no option)."), "",
-             "| model | photo | " + " | ".join(TIMED) + " |", "|---|---|" + "---:|" * len(TIMED)]
+             ]
+    columns = [*TIMED, *dict.fromkeys(m["default"] for m in result["models"] if m["default"] not in TIMED)]
+    lines += ["| model | photo | " + " | ".join(columns) + " |", "|---|---|" + "---:|" * len(columns)]
     for model in result["models"]:
         for case, by_label in model["cases"].items():
             base = by_label.get(BASE, {}).get("median_s")
-            cells = [_cell(by_label.get(label), base if label != BASE else None) for label in TIMED]
-            cells = [f"**{c}**" if label == model["default"] and c != "-" else c for label, c in zip(TIMED, cells)]
+            cells = [_cell(by_label.get(label), base if label != BASE else None) for label in columns]
+            cells = [f"**{c}**" if label == model["default"] and c != "-" else c for label, c in zip(columns, cells)]
             lines.append(f"| {model['model']} | {case} | " + " | ".join(cells) + " |")
     lines += ["", "Default path per model: " + "; ".join(f"{m['model']}: {m['default_line']}"
                                                         for m in result["models"]) + ".", ""]

@@ -57,12 +57,11 @@ class _Torch:
 
         from builders import family as family_builder
         from builders.config import load_config
-        from families import family as declared
 
         if threads:
             torch.set_num_threads(threads)
         cfg = load_config(config)
-        family = family_builder.load(declared(cfg.family, f"config {cfg.path}").builder)
+        family = family_builder.of_config(cfg)
         module, _ = family.build(cfg, None, seed)
         self._run = family.pytorch_run(module, torch.bfloat16 if precision == "bf16" else torch.float32)
         self._names: list[str] = []

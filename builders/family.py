@@ -55,7 +55,8 @@ class Family(Protocol):
 
     def pytorch_run(self, module: torch.nn.Module, dtype: torch.dtype):
         """inputs -> outputs (float32 arrays, output order) of the model as a PyTorch user runs it: cast to
-        `dtype`, transformers' fastest correct attention (sdpa). What `bench.cpu_race` races against."""
+        `dtype`, transformers' fastest correct attention (sdpa); `module` is changed in place. What
+        `bench.cpu_race` races against."""
 
     def case_facts(self, inputs: Inputs) -> dict:
         """What a report records of a case's inputs: the torch-free family's `case_layout`, from which
@@ -63,6 +64,13 @@ class Family(Protocol):
 
     def metadata(self, module: torch.nn.Module, example: Any) -> dict:
         """ONNX metadata_props later stages read (family, export example, sizes)."""
+
+
+def of_config(config: ModelConfig) -> Family:
+    """The torch side of the family a config names (UsageError naming the known ones when it names none)."""
+    from families import family
+
+    return load(family(config.family, f"config {config.path}").builder)
 
 
 def load(builder: str) -> Family:

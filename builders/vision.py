@@ -28,7 +28,6 @@ from core import report as reports
 from core.errors import CheckFailed, Parser, UsageError, main_wrapper
 from core.progress import say, step
 from core.staging import add_clobber_argument, check_folder_output, keep_rejected, staged_folder
-from families import family as declared_family
 from families.static_size import StaticSize
 
 STAGE = "export"
@@ -115,7 +114,7 @@ def export(args: argparse.Namespace) -> int:
     check_folder_output(args.out, STAGE, force=args.force)  # before any work
     config = model_config(args)
     # The registry is families.FAMILIES; each entry names its torch side (builders/<family>/family.py).
-    fam = family_builder.load(declared_family(config.family, f"config {config.path}").builder)
+    fam = family_builder.of_config(config)
     if args.static:  # the size is checked against the patch grid here, before any work
         if args.dynamic_shapes:
             raise UsageError("--static and --dynamic-shapes exclude each other: a static export has no dynamic dim")

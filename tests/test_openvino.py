@@ -17,7 +17,6 @@ from builders import family as family_builder
 from builders.config import load_config
 from core import onnx_io
 from core.parity import compare
-from families import family as declared_family
 from families import of_model
 from families import validation as layouts_mod
 
@@ -58,7 +57,7 @@ def eager(report: dict):
     key = (report["model"], report["seed"])
     if key not in _EAGER:
         config = load_config(report["model"])
-        builder = family_builder.load(declared_family(config.family).builder)
+        builder = family_builder.of_config(config)
         _EAGER[key] = builder.reference(builder.build(config, None, report["seed"])[0])
     return _EAGER[key]
 

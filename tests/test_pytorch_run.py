@@ -9,14 +9,13 @@ import torch
 from builders import family as family_builder
 from builders.config import CONFIG_DIR, load_config
 from core.parity import min_token_cosine
-from families import family as declared
 
 TINY = sorted(path.stem for path in CONFIG_DIR.glob("*-tiny.yaml"))
 
 
 def _family(name: str):
     config = load_config(name)
-    return config, family_builder.load(declared(config.family).builder)
+    return config, family_builder.of_config(config)
 
 
 @pytest.mark.parametrize("name", TINY)

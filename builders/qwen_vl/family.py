@@ -140,16 +140,9 @@ class QwenBuilder:
         return lambda inputs: reference_outputs(visual, inputs["pixel_values"], inputs["grid_thw"])
 
     def pytorch_run(self, visual, dtype: torch.dtype):
-        """{pixel_values, grid_thw} -> outputs of transformers' tower at `dtype` with sdpa attention (float32)."""
+        """{pixel_values, grid_thw} -> outputs (float32) of transformers' tower at `dtype` with sdpa attention."""
         visual.config._attn_implementation = "sdpa"
-        visual = visual.to(dtype)
-
-        @torch.inference_mode()
-        def run(inputs):
-            out = visual(torch.from_numpy(inputs["pixel_values"]).to(dtype),
-                         grid_thw=torch.from_numpy(inputs["grid_thw"]), return_dict=True)
-            return [t.float().numpy() for t in (out.pooler_output, *getattr(out, "deepstack_features", ()))]
-        return run
+        return self.reference(visual.to(dtype))
 
     def metadata(self, visual, grid_thw: np.ndarray) -> dict:
         """Facts later stages read from the ONNX (surgery reads the export grid)."""

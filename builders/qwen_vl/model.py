@@ -166,6 +166,7 @@ class VisionEncoder(torch.nn.Module):
 
 @torch.no_grad()
 def reference_outputs(visual: torch.nn.Module, pixel_values: np.ndarray, grid_thw: np.ndarray) -> list:
-    """The unpatched eager model (per-frame attention, Python loops) on one pack: numpy outputs."""
+    """The unpatched eager model (per-frame attention, Python loops) on one pack: numpy float32 outputs (the
+    patch embedding casts the pixels to the model's dtype)."""
     out = visual(torch.from_numpy(pixel_values), grid_thw=torch.from_numpy(grid_thw), return_dict=True)
-    return [t.numpy() for t in (out.pooler_output, *getattr(out, "deepstack_features", ()))]
+    return [t.float().numpy() for t in (out.pooler_output, *getattr(out, "deepstack_features", ()))]
