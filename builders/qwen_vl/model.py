@@ -9,10 +9,10 @@ from huggingface_hub.errors import StrictDataclassError
 
 from builders import checkpoint as ckpt
 from builders.config import ModelConfig, check_values
-from builders.qwen_vl import grid
+from builders.qwen_vl import grid, segment_attention, window_attention
 from builders.qwen_vl.generations import TORCH_GENERATIONS, TorchGeneration
 from builders.qwen_vl.patcher import CHUNK_ATTR, GRID_KWARG, WINDOW_ATTR, segment_attention_patch
-from builders.qwen_vl.segment_attention import CHUNK_ROWS, TRANSLATION_TABLE
+from builders.qwen_vl.segment_attention import CHUNK_ROWS
 from core.errors import UsageError
 
 # Where the vision tower lives in a *ForConditionalGeneration state dict (transformers 5 layout first, then the
@@ -118,14 +118,18 @@ def build_from_checkpoint(generation: TorchGeneration, checkpoint: str) -> tuple
     return model.eval(), folder
 
 
+#: torch.export's lowering of the attention ops (frames and windows).
+TRANSLATION_TABLE = {**segment_attention.TRANSLATION_TABLE, **window_attention.TRANSLATION_TABLE}
+
+
 class VisionEncoder(torch.nn.Module):
     """The export graph: (pixel_values [N, C*Tp*P*P], grid_thw int64 [I, 3]) -> (image_features, *deepstack).
 
     Every grid-dependent tensor is computed by `grid` and handed to the tower through its precompute
     keyword arguments: rotary position ids [N, 2], the position table's taps [N, 4] (Qwen3-VL, Qwen3.5), the
     window permutation [N / merge**2] (Qwen2.5-VL). Attention runs per frame segment, or per window in the
-    window blocks (see `patcher`, `segment_attention`). Outputs are [N / merge**2, out_hidden] each.
-    `onnx_translation_table` is the torch.export exporter's lowering of the custom attention op (the
+    window blocks (see `patcher`, `segment_attention`, `window_attention`). Outputs are [N / merge**2, out_hidden] each.
+    `onnx_translation_table` is the torch.export exporter's lowering of the custom attention ops (the
     TorchScript one is registered globally on import).
     """
 

@@ -3,9 +3,9 @@
 The eager attention of every generation splits q/k/v per frame (or per window) with
 `torch.split(..., lengths.tolist())`: traced, the split sizes become constants of the export grid (wrong or
 failing at any other layout); under torch.export it raises GuardOnDataDependentSymNode. The patched form hands
-q, k, v and `grid_thw` to the custom op of `segment_attention`, which both exporters lower to a Loop over the
-frames (or windows) computed from `grid_thw` inside the graph (one fused attention per segment, no N x N
-tensor: see that module for the decision).
+q, k, v and `grid_thw` to a custom op that both exporters lower to fused attention on the frames (`segment_attention`)
+or on the windows (`window_attention`, Qwen2.5-VL's window blocks) computed from `grid_thw` inside the graph (no
+N x N tensor: see those modules for the decisions).
 """
 
 import torch
@@ -13,6 +13,7 @@ import torch
 from builders.patching import swapped
 from builders.qwen_vl.generations import TorchGeneration
 from builders.qwen_vl.segment_attention import CHUNK_ROWS, segment_attention
+from builders.qwen_vl.window_attention import window_attention
 
 GRID_KWARG = "segment_grid_thw"
 #: Attribute of an attention module: its window side in patches (0: attention per whole frame). Set by the
@@ -39,8 +40,11 @@ def segment_attention_forward(generation: TorchGeneration):
         query, key, value = generation.rotated_qkv(self, hidden_states, position_embeddings)  # each [N, H, D]
         query, key, value = (x.reshape(1, -1, self.dim) for x in (query, key, value))  # [1, N, H*D]
         window = getattr(self, WINDOW_ATTR, 0)
-        chunk = getattr(self, CHUNK_ATTR, CHUNK_ROWS["contrib"])
-        attended = segment_attention(query, key, value, grid_thw, self.num_heads, self.scaling, window, chunk)
+        if window:
+            attended = window_attention(query, key, value, grid_thw, self.num_heads, self.scaling, window)
+        else:
+            chunk = getattr(self, CHUNK_ATTR, CHUNK_ROWS["contrib"])
+            attended = segment_attention(query, key, value, grid_thw, self.num_heads, self.scaling, chunk)
         return self.proj(attended.reshape(-1, self.dim))
 
     return forward

@@ -1,13 +1,13 @@
-"""Attention per frame segment: one torch op, one ONNX lowering shared by both exporters.
+"""Attention per frame: one torch op, one ONNX lowering shared by both exporters.
 
-Decision: the segment structure enters at export. The patched attention calls the torch custom op
-`vlm_vision::segment_attention(query, key, value, grid_thw, num_heads, scale, window, chunk)`; both exporters
+Decision: the frame structure enters at export. The patched attention calls the torch custom op
+`vlm_vision::segment_attention(query, key, value, grid_thw, num_heads, scale, chunk)`; both exporters
 lower that op to the same ONNX function, `SEGMENT_ATTENTION` below (TorchScript through a registered symbolic
 that emits it as a model-local function, torch.export through `custom_translation_table`; the
-export inlines it, so both paths ship the same nodes). The function derives the segment boundaries
-from `grid_thw` inside the graph (frames, or with `window` > 0 the windows of window x window patches of
-each frame, cut at its bottom and right edges: Qwen2.5-VL's window blocks, on the window-ordered sequence).
-When every segment has one size (one image, the frames of a video, a frame of full windows) of at most `chunk`
+export inlines it, so both paths ship the same nodes). The function derives the frame boundaries
+from `grid_thw` inside the graph. (Qwen2.5-VL's window blocks run `window_attention` instead: windows batched,
+no Loop; this module's Loop over windows, its form until 2026-11-28, cost O(windows x N) in OpenVINO.)
+When every frame has one size (one image, the frames of a video) of at most `chunk`
 rows, an `If` runs them as one batch: one `com.microsoft.MultiHeadAttention` on [S, L, C], no Loop — ONNX
 Runtime's flash path on all segments at once, and in OpenVINO one attention its CPU plugin fuses into an MHA
 `Subgraph` (seen on an AVX2 CPU, `python -m bench.cpu_race` profiles it) instead of a Loop, which it ran at an
@@ -25,15 +25,16 @@ rows are dropped after (Compress). Why:
   * every Loop step's output has one size. The former form collected steps of each segment's own size in a
     sequence (SequenceInsert, ConcatFromSequence): right in ONNX Runtime, but OpenVINO's CPU Loop sizes such an
     output as trip count x the last step's size and crashes or corrupts its heap on any pack whose frames
-    differ (`bench/openvino_loop_bug.py`). Padding costs at most Q - 1 rows per segment (none for one image,
-    the frames of a video or full windows); `bench/segment_loop.py` measures both forms;
+    differ (`bench/openvino_loop_bug.py`). Padding costs at most Q - 1 rows per segment (none for one image
+    or the frames of a video); `bench/segment_loop.py` measures both forms;
   * ONNX has no standard fused attention below opset 23 (the TorchScript path stops at opset 20). With
     `--ops standard` the export lowers each MultiHeadAttention to MatMul + Softmax
     (quantize/passes/standard_attention.py), whose scores are a tensor of heads x Q x segment rows: that
     form chunks at CHUNK_ROWS["standard"] rows, so a large frame never builds its frame x frame scores.
     The default keeps the ORT contrib op (the pipeline targets ONNX Runtime, and its fused op is faster).
-`bench/attention_ops.py` measures the alternatives (ONNX `Attention` of opset 23, the old bias form);
-`bench/window_attention.py` the windows against padded windows batched with a key mask.
+`bench/attention_ops.py` measures the alternatives (ONNX `Attention` of opset 23, the old bias form).
+A segment is a frame here; `segment_sizes` also lists windows (for `window_attention` and the benchmarks, which
+run a Loop over windows by handing this function one [1, 1, size] "frame" per window).
 
 Shapes: query, key, value float32 [1, N, H*D] (rotary already applied), grid_thw int64 [I, 3]
 (t, h, w per image, patches laid out image after image, frame after frame) -> [1, N, H*D].
@@ -57,39 +58,23 @@ CHUNK_ROWS = {"contrib": 16384, "standard": 1024}
 
 @onnxscript.script(Opset(DOMAIN, 1), default_opset=op)
 def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, num_heads: int, scale: float,
-                     window: int, chunk: int) -> FLOAT:
-    """[1, N, C] x 3, grid_thw [I, 3] -> [1, N, C]: MultiHeadAttention on each segment's rows.
+                     chunk: int) -> FLOAT:
+    """[1, N, C] x 3, grid_thw [I, 3] -> [1, N, C]: MultiHeadAttention on each frame's rows.
 
-    A segment is a frame (window == 0) or a window of window x window patches of a frame, cut back at the
-    frame's bottom and right edges (rows in window order: frame after frame, windows row-major). Its query
-    rows go in chunks of Q = min(longest segment, chunk) rows against all of its keys; each Loop step's
-    output is padded to [1, Q, C] (a fixed size: see the module docstring) and the padding dropped after.
+    A segment is a frame. Its query rows go in chunks of Q = min(longest segment, chunk) rows against all of
+    its keys; each Loop step's output is padded to [1, Q, C] (a fixed size: see the module docstring) and the
+    padding dropped after.
     """
     t = op.Gather(grid_thw, 0, axis=1)  # [I] frames per image
     h = op.Gather(grid_thw, 1, axis=1)  # [I] patch rows per frame
     w = op.Gather(grid_thw, 2, axis=1)  # [I] patch columns per frame
-    side = op.Constant(value_int=window)
-    windowed = op.Greater(side, 0)
-    side_h = op.Where(windowed, side, h)  # [I] window rows (the whole frame without windows)
-    side_w = op.Where(windowed, side, w)
-    across_h = op.Div(op.Sub(op.Add(h, side_h), 1), side_h)  # [I] windows down a frame (ceil)
-    across_w = op.Div(op.Sub(op.Add(w, side_w), 1), side_w)  # [I] windows across a frame
-    per_frame = op.Mul(across_h, across_w)  # [I]
-    per_image = op.Mul(t, per_frame)  # [I] segments of each image
-    segments = op.ReduceSum(per_image, keepdims=0)  # S, scalar
+    segments = op.ReduceSum(t, keepdims=0)  # S, scalar: a segment per frame
     segment = op.Range(0, segments, 1)  # [S]
     # image of each segment: how many images end at or before it (S x I compare, no N-sized tensor)
-    image_ends = op.CumSum(per_image, 0)
+    image_ends = op.CumSum(t, 0)
     image = op.ReduceSum(op.Cast(op.GreaterOrEqual(op.Unsqueeze(segment, [1]), op.Unsqueeze(image_ends, [0])),
                                  to=INT64.dtype), [1], keepdims=0)  # [S]
-    local = op.Sub(segment, op.Gather(op.Sub(image_ends, per_image), image))  # [S] index inside its image
-    frame_windows = op.Gather(per_frame, image)
-    in_frame = op.Sub(local, op.Mul(op.Div(local, frame_windows), frame_windows))  # [S] index inside its frame
-    row = op.Div(in_frame, op.Gather(across_w, image))
-    col = op.Sub(in_frame, op.Mul(row, op.Gather(across_w, image)))
-    rows_h, rows_w = op.Gather(side_h, image), op.Gather(side_w, image)
-    rows = op.Min(rows_h, op.Sub(op.Gather(h, image), op.Mul(row, rows_h)))  # [S] cut back at the bottom edge
-    cols = op.Min(rows_w, op.Sub(op.Gather(w, image), op.Mul(col, rows_w)))  # [S] and at the right edge
+    rows, cols = op.Gather(h, image), op.Gather(w, image)  # [S]
     size = op.Mul(rows, cols)  # [S]
     ends = op.CumSum(size, 0)  # [S] exclusive end row of each segment
     starts = op.Sub(ends, size)
@@ -97,7 +82,7 @@ def SegmentAttention(query: FLOAT, key: FLOAT, value: FLOAT, grid_thw: INT64, nu
     # Q, the Loop's query rows per step (computed out here: ORT's symbolic shape inference, which its transformer
     # optimizer runs, fails on a value_int Constant inside a subgraph)
     q = op.Min(longest, op.Constant(value_int=chunk))
-    # One size for every segment (one image, the frames of a video, full windows), within a step's rows and
+    # One size for every segment (one image, the frames of a video), within a step's rows and
     # filling the pack exactly: all segments as one batch of one attention, no Loop. Else the Loop below.
     # The three equalities as one int64 sum of differences compared with 0: integer arithmetic, which a GPU
     # runtime keeps on its CPU with the rest of the grid math. (As a bool And, ONNX Runtime's WebGPU EP took the
@@ -165,10 +150,15 @@ SEGMENT_ATTENTION = SegmentAttention
 
 @torch.library.custom_op(OP_NAME, mutates_args=())
 def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, grid_thw: torch.Tensor,
-                      num_heads: int, scale: float, window: int, chunk: int) -> torch.Tensor:
-    """Eager: softmax(q k^T * scale) v inside each segment, as the model's eager attention (`chunk` shapes only
+                      num_heads: int, scale: float, chunk: int) -> torch.Tensor:
+    """Eager: softmax(q k^T * scale) v inside each frame, as the model's eager attention (`chunk` shapes only
     the ONNX form's steps). Shapes as above."""
-    sizes = segment_sizes(grid_thw.tolist(), window)
+    return attend_segments(query, key, value, segment_sizes(grid_thw.tolist(), 0), num_heads, scale)
+
+
+def attend_segments(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, sizes: list[int], num_heads: int,
+                    scale: float) -> torch.Tensor:
+    """[1, N, H*D] x 3 -> [1, N, H*D]: softmax(q k^T * scale) v inside each run of `sizes` rows (eager)."""
     width = query.shape[-1]
     out = []
     for q, k, v in zip(*(x[0].split(sizes) for x in (query, key, value))):
@@ -179,7 +169,8 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
 
 def segment_sizes(grid_thw: list[list[int]], window: int) -> list[int]:
-    """Rows of each segment in order: each frame's h*w (window 0), else its windows' rows x columns."""
+    """Rows of each segment in order: each frame's h*w (window 0), else its windows' rows x columns (window
+    order: frame after frame, windows row-major, cut back at the bottom and right edges)."""
     sizes = []
     for t, h, w in grid_thw:
         side_h, side_w = (window, window) if window else (h, w)
@@ -189,33 +180,33 @@ def segment_sizes(grid_thw: list[list[int]], window: int) -> list[int]:
 
 
 @segment_attention.register_fake
-def _(query, key, value, grid_thw, num_heads, scale, window, chunk):
+def _(query, key, value, grid_thw, num_heads, scale, chunk):
     return torch.empty_like(query)
 
 
-class _AtOpset:
-    """SEGMENT_ATTENTION as TorchScript's `onnxscript_op` takes it, its body at the export's opset (a
-    model-local function is inlined only when its imports match the model's; the ops it uses mean the
+class AtOpset:
+    """An ONNX function of this package as TorchScript's `onnxscript_op` takes it, its body at the export's
+    opset (a model-local function is inlined only when its imports match the model's; the ops it uses mean the
     same from opset 17 to 23)."""
 
-    def __init__(self, opset: int):
-        self.opset, self.name, self.version = SEGMENT_ATTENTION.opset, SEGMENT_ATTENTION.name, opset
+    def __init__(self, function, opset: int):
+        self.function = function
+        self.opset, self.name, self.version = function.opset, function.name, opset
 
     def to_function_proto(self):
-        proto = SEGMENT_ATTENTION.to_function_proto()
+        proto = self.function.to_function_proto()
         for entry in proto.opset_import:
             if entry.domain == "":
                 entry.version = self.version
         return proto
 
 
-def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale, window, chunk):
+def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale, chunk):
     from torch.onnx import symbolic_helper
 
-    out = g.onnxscript_op(_AtOpset(g.opset), query, key, value, grid_thw,
+    out = g.onnxscript_op(AtOpset(SEGMENT_ATTENTION, g.opset), query, key, value, grid_thw,
                           num_heads_i=symbolic_helper._get_const(num_heads, "i", "num_heads"),
                           scale_f=symbolic_helper._get_const(scale, "f", "scale"),
-                          window_i=symbolic_helper._get_const(window, "i", "window"),
                           chunk_i=symbolic_helper._get_const(chunk, "i", "chunk"))
     return out.setType(query.type())
 

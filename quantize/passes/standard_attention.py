@@ -1,8 +1,9 @@
-"""com.microsoft MultiHeadAttention without mask, bias or past -> standard ONNX ops (`--ops standard`).
+"""com.microsoft MultiHeadAttention without bias or past -> standard ONNX ops (`--ops standard`).
 
 Runtimes without Microsoft's contrib ops (the ONNX reference evaluator, OpenVINO's ONNX frontend for this op,
 TensorRT, CoreML, many NPUs) cannot run MultiHeadAttention. The segment attention of the Qwen exports
-(builders/qwen_vl/segment_attention.py) uses exactly this form: one unmasked MultiHeadAttention per Loop step.
+(builders/qwen_vl/segment_attention.py) uses exactly this form: unmasked MultiHeadAttention on frames; Qwen2.5-VL's
+window attention (builders/qwen_vl/window_attention.py) adds a key padding mask on the windows cut at an edge.
 
 Target (q [B, Sq, H*D], k and v [B, Skv, H*D]; num_heads = H; scale, default 1/sqrt(D)):
     y = MultiHeadAttention(q, k, v, num_heads=H[, scale])                                   # [B, Sq, H*D]
@@ -12,11 +13,13 @@ needs opset 23, so the standard form is MatMul + Softmax):
     kt = Transpose(Reshape(k, [0, 0, H, -1]), [0, 2, 3, 1])                                 # [B, H, D, Skv]
     vh = Transpose(Reshape(v, [0, 0, H, -1]), [0, 2, 1, 3])                                 # [B, H, Skv, D]
     y = Reshape(Transpose(MatMul(Softmax(Mul(MatMul(qh, kt), scale), axis=-1), vh), [0, 2, 1, 3]), [0, 0, -1])
+With a key padding mask m (int32 [B, Skv], 0: a padded key; the node's 5th input) the scaled scores get
+(m - 1) x 10000 added, [B, 1, 1, Skv]: what ONNX Runtime adds (its mask_filter_value, -10000, on masked keys).
 The scores [B, H, Sq, Skv] exist as a tensor: with the segment attention's query chunks
 (`segment_attention.CHUNK_ROWS["standard"]`) Sq is bounded, so their size is H x chunk x segment length, never N x N.
 
-Refused (node left as it is, reason returned): any input past v (key_padding_mask, bias, past, ...), an
-attribute other than num_heads and scale, a num_heads that is not positive, no scale and no static width.
+Refused (node left as it is, reason returned): a bias, past or any input past key_padding_mask, a mask that is
+not 2-D [B, Skv], an attribute other than num_heads and scale, a num_heads that is not positive, no scale and no static width.
 Nodes inside Loop / If / Scan bodies are lowered too (new nodes named `<name>/...`).
 """
 
@@ -28,12 +31,20 @@ from quantize.passes import _rules
 
 DOMAIN = "com.microsoft"
 KNOWN = {"num_heads", "scale"}
+#: ONNX Runtime's default mask_filter_value, negated: what a masked key's score gets added.
+MASK_FILTER = 10000.0
 
 
 def refusal(node: ir.Node) -> str | None:
     """Why this MultiHeadAttention cannot be lowered (None: it can)."""
-    if len(node.inputs) != 3 or any(v is None for v in node.inputs):
-        return "takes inputs past q, k, v (mask, bias or past)"
+    inputs = list(node.inputs)
+    if len(inputs) < 3 or any(v is None for v in inputs[:3]):
+        return "has no q, k or v"
+    if len(inputs) > 5 or (len(inputs) > 3 and inputs[3] is not None):
+        return "takes a bias or past"
+    mask = _mask(node)
+    if len(inputs) == 5 and (mask is None or mask.shape is None or mask.shape.rank() != 2):
+        return "its key padding mask is not 2-D [batch, keys]"
     if any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
         return "its present outputs are used"
     unknown = sorted(set(node.attributes) - KNOWN)
@@ -44,6 +55,11 @@ def refusal(node: ir.Node) -> str | None:
     if "scale" not in node.attributes and _width(node) is None:
         return "no scale attribute and no static width to derive 1/sqrt(head dim) from"
     return None
+
+
+def _mask(node: ir.Node) -> ir.Value | None:
+    """The key padding mask input (int32 [B, Skv]), or None."""
+    return node.inputs[4] if len(node.inputs) == 5 else None
 
 
 def _width(node: ir.Node) -> int | None:
@@ -75,11 +91,20 @@ def lower(graph: ir.Graph, node: ir.Node, base: str) -> None:
     merged = _constant(f"{base}/merged_shape", np.array([0, 0, -1], np.int64))
     factor = _constant(f"{base}/scale", np.array(scale, np.float32))
     nodes += [split, merged, factor]
-    q, k, v = node.inputs
+    q, k, v = node.inputs[:3]
     qh = add("Transpose", [add("Reshape", [q, split.outputs[0]], "q_heads")], "q_bhsd", perm=[0, 2, 1, 3])
     kt = add("Transpose", [add("Reshape", [k, split.outputs[0]], "k_heads")], "k_bhds", perm=[0, 2, 3, 1])
     vh = add("Transpose", [add("Reshape", [v, split.outputs[0]], "v_heads")], "v_bhsd", perm=[0, 2, 1, 3])
     scores = add("Mul", [add("MatMul", [qh, kt], "scores"), factor.outputs[0]], "scaled")
+    mask = _mask(node)
+    if mask is not None:  # (mask - 1) x MASK_FILTER: 0 on real keys, -10000 on padded ones, [B, 1, 1, Skv]
+        filler = _constant(f"{base}/mask_filter", np.array(MASK_FILTER, np.float32))
+        axes = _constant(f"{base}/mask_axes", np.array([1, 2], np.int64))
+        one = _constant(f"{base}/one", np.array(1.0, np.float32))
+        nodes += [filler, axes, one]
+        keep = add("Cast", [mask], "mask_float", to=ir.DataType.FLOAT)
+        bias = add("Mul", [add("Sub", [keep, one.outputs[0]], "mask_minus_one"), filler.outputs[0]], "mask_bias")
+        scores = add("Add", [scores, add("Unsqueeze", [bias, axes.outputs[0]], "mask_bhqk")], "masked")
     attended = add("MatMul", [add("Softmax", [scores], "probs", axis=-1), vh], "attended")
     out = add("Reshape", [add("Transpose", [attended], "bshd", perm=[0, 2, 1, 3]), merged.outputs[0]], "out")
     _rules.replace_node(graph, node, nodes, out)
