@@ -75,7 +75,7 @@ def build(form: str, width: int = HEADS * HEAD_DIM) -> onnx.ModelProto:
         from builders.qwen_vl.segment_attention import CHUNK_ROWS
 
         node = helper.make_node(function.name, [*names, "grid_thw"], ["out"], domain=function.domain,
-                                num_heads=HEADS, scale=scale, window=0, chunk=CHUNK_ROWS["contrib"])
+                                num_heads=HEADS, scale=scale, chunk=CHUNK_ROWS["contrib"])
         functions, opset = [function], 23 if standard else 18
     graph = helper.make_graph([node], "attention", inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT,
                                                                                           None)])

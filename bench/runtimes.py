@@ -3,7 +3,8 @@
 On the stage folders of one `make export` (optimized = the fp32 variant, int8, int4), in groups of variants that
 are open at once and interleaved (all at once do not fit in 24 GB; each group holds ORT fp32, the reference):
 group `runtimes` at each `--layout` (default: one 448x448 image and a 448x448 + 336x336 pack, random pixels on the
-grids Qwen's processor gives) and each `--threads` count; groups `standard` and `baseline` at 448x448, one thread.
+grids Qwen's processor gives; 1024x1024 on request) and each `--threads` count; groups `standard` and `baseline` at
+448x448, one thread, unless `--layout` / `--threads` are given.
 `--reps` rounds after a warm-up; the variants:
   ORT fp32 / INT8 / INT4         the shipped variants in this venv's ONNX Runtime (its version in the results)
   ORT X.Y.Z fp32 / INT8 / INT4   the same files in another ONNX Runtime version (`--ort-other DIR`: a folder
@@ -44,7 +45,9 @@ from release.variants import ALWAYS
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "runtimes"
-LAYOUTS = {"448x448": [(448, 448)], "448x448 + 336x336": [(448, 448), (336, 336)]}
+LAYOUTS = {"448x448": [(448, 448)], "448x448 + 336x336": [(448, 448), (336, 336)], "1024x1024": [(1024, 1024)]}
+#: The runtimes group's layouts when no --layout is given (the other groups': 448x448).
+DEFAULT_LAYOUTS = ["448x448", "448x448 + 336x336"]
 REFERENCE = "ORT fp32"
 
 
@@ -221,7 +224,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ort-other", "--ort-next", type=Path, dest="ort_other",
                         help="a folder holding another onnxruntime version (pip install --target DIR onnxruntime==X.Y.Z)")
     parser.add_argument("--layout", action="append", choices=sorted(LAYOUTS), help="default: all")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=int, nargs="+", help="default: 1 and 2 (runtimes), 1 (other groups)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--accuracy", action="store_true", help="also OpenVINO at every validation layout")
     parser.add_argument("--reference", action="store_true",
@@ -252,11 +255,11 @@ def main(argv=None) -> int:
             tmp = Path(tmp)
             for group, specs in groups.items():
                 # the runtimes at every layout and thread count; the standard file and the baseline where the
-                # issue asks for them: 448x448, one thread
-                layouts = (args.layout or list(LAYOUTS)) if group == "runtimes" else ["448x448"]
+                # issue asks for them (448x448, one thread) unless told
+                layouts = args.layout or (DEFAULT_LAYOUTS if group == "runtimes" else ["448x448"])
                 for name in layouts:
                     feeds = layout_feeds(LAYOUTS[name], patch_dim, tmp, name.replace(" ", ""))
-                    for threads in (args.threads if group == "runtimes" else [1]):
+                    for threads in args.threads or ([1, 2] if group == "runtimes" else [1]):
                         say(f"{group}: {name}, {threads} thread(s): {len(specs)} variants ...", TAG)
                         point = time_point(workers, specs, threads, feeds, args.reps, tmp)
                         result["points"].append({"group": group, "layout": name, "threads": threads,

@@ -71,7 +71,7 @@ def SequenceLoop(query: FLOAT, key: FLOAT, value: FLOAT, starts: INT64, ends: IN
 SequenceLoop.function_ir.opset_imports["com.microsoft"] = 1
 
 
-def build(form: str, heads: int, head_dim: int, window: int) -> onnx.ModelProto:
+def build(form: str, heads: int, head_dim: int) -> onnx.ModelProto:
     """One call of the form: query, key, value [1, N, width], grid_thw [I, 3] (fixed forms) or starts, ends [S]
     (the sequence loop) -> out [1, N, width]."""
     width = heads * head_dim
@@ -86,7 +86,7 @@ def build(form: str, heads: int, head_dim: int, window: int) -> onnx.ModelProto:
         proto = seg.SEGMENT_ATTENTION.to_function_proto()
         bounds = ["grid_thw"]
         inputs.append(helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["I", 3]))
-        attrs.update(window=window, chunk=int(form.rsplit("=", 1)[1]))
+        attrs.update(chunk=int(form.rsplit("=", 1)[1]))
     node = helper.make_node(proto.name, [*names, *bounds], ["out"], domain=proto.domain, **attrs)
     graph = helper.make_graph([node], "segment_loop", inputs,
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
@@ -103,6 +103,8 @@ def feeds(form: str, grid: list[list[int]], window: int, width: int, seed: int =
     if form == SEQUENCE:
         ends = np.cumsum(seg.segment_sizes(grid, window))
         feed["starts"], feed["ends"] = np.concatenate([[0], ends[:-1]]).astype(np.int64), ends.astype(np.int64)
+    elif window:  # each window a frame of its own (the Loop over windows shipped until 2026-11-28)
+        feed["grid_thw"] = np.array([[1, 1, size] for size in seg.segment_sizes(grid, window)], np.int64)
     else:
         feed["grid_thw"] = np.array(grid, np.int64)
     return feed
@@ -139,7 +141,7 @@ def main(argv=None) -> int:
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
     for case, (heads, head_dim, window, grid) in CASES.items():
-        sessions = {f: ort.InferenceSession(build(f, heads, head_dim, window).SerializeToString(), options,
+        sessions = {f: ort.InferenceSession(build(f, heads, head_dim).SerializeToString(), options,
                                             providers=["CPUExecutionProvider"]) for f in forms}
         inputs = {f: feeds(f, grid, window, heads * head_dim) for f in forms}
         outs = {f: s.run(None, inputs[f])[0] for f, s in sessions.items()}

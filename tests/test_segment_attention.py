@@ -14,7 +14,9 @@ from transformers import vision_utils
 from builders.config import load_config
 from builders.qwen_vl import grid as grid_math
 from builders.qwen_vl import layouts, patcher
+from builders.onnx_export import inline_functions
 from builders.qwen_vl import segment_attention as seg
+from builders.qwen_vl import window_attention as win
 from builders.qwen_vl.generations import TORCH_GENERATIONS
 from builders.qwen_vl.model import build_random, reference_outputs
 from quantize import optimize
@@ -23,6 +25,10 @@ from tests.support import PATCH_DIM, quadratic_tensors, runtime_shapes
 PACKS = [[[1, 4, 6]], [[1, 18, 46], [3, 4, 8], [1, 2, 64]], [[2, 10, 6], [1, 6, 10], [1, 2, 2]], [[4, 2, 2]]] + \
     layouts.random_grids(np.random.default_rng(5), 2, count=6)
 # (single images, a video of equal frames, a mixed pack with a video): patch counts where N x N > N x 1536, the widest row.
+#: Windows of Qwen2.5-VL's tiny tower (8 patches): every window full, cut at the right, at the bottom and both, a
+#: video, and packs mixing full and cut grids.
+WINDOW_PACKS = [[[1, 16, 16]], [[1, 16, 20]], [[1, 22, 16]], [[2, 18, 30]], [[2, 16, 16], [1, 8, 8]],
+                [[1, 16, 16], [1, 10, 12]]]
 SHAPE_CHECKS = [[[1, 48, 48]], [[1, 64, 64]], [[3, 32, 32]], [[1, 48, 48], [2, 16, 16]]]
 
 
@@ -81,35 +87,72 @@ def test_window_order_equals_transformers(pack):
 
 def _lowering_model(width: int, heads: int, scale: float, window: int = 0, chunk: int = seg.CHUNK_ROWS["contrib"]
                     ) -> onnx.ModelProto:
-    """One call of the ONNX function: query, key, value [1, N, width], grid_thw [I, 3] -> [1, N, width]."""
+    """One call of the ONNX function (the frames', or with `window` the windows'), inlined: query, key, value
+    [1, N, width], grid_thw [I, 3] -> [1, N, width]."""
+    function, attrs = (win.WINDOW_ATTENTION, {"window": window}) if window else (seg.SEGMENT_ATTENTION, {"chunk": chunk})
+    proto = function.to_function_proto()
     names = ["query", "key", "value"]
     inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, "N", width]) for x in names]
     inputs.append(helper.make_tensor_value_info("grid_thw", TensorProto.INT64, ["I", 3]))
-    node = helper.make_node("SegmentAttention", [*names, "grid_thw"], ["out"], domain=seg.DOMAIN,
-                            num_heads=heads, scale=scale, window=window, chunk=chunk)
+    node = helper.make_node(proto.name, [*names, "grid_thw"], ["out"], domain=proto.domain,
+                            num_heads=heads, scale=scale, **attrs)
     graph = helper.make_graph([node], "lowering", inputs,
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
     imports = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1),
                helper.make_opsetid(seg.DOMAIN, 1)]
-    return helper.make_model(graph, opset_imports=imports, functions=[seg.SEGMENT_ATTENTION.to_function_proto()],
-                             ir_version=10)
+    return inline_functions(helper.make_model(graph, opset_imports=imports, functions=[proto], ir_version=10))
 
 
-@pytest.mark.parametrize("chunk", [seg.CHUNK_ROWS["contrib"], 16, 5])
-@pytest.mark.parametrize("window", [0, 4, WINDOW])
-def test_onnx_lowering_equals_the_torch_op(window, chunk):
-    """At the shipped step and at steps that split frames and windows into query chunks."""
-    heads, width, scale = 4, 32, 0.125
-    session = ort.InferenceSession(_lowering_model(width, heads, scale, window, chunk).SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
+def _expected(q, k, v, grid, heads, scale, window, chunk):
+    args = [torch.from_numpy(x) for x in (q, k, v, grid)]
+    if window:
+        return win.window_attention(*args, heads, scale, window).numpy()
+    return seg.segment_attention(*args, heads, scale, chunk).numpy()
+
+
+def _check_packs(run, width, heads, scale, window, chunk, atol):
     rng = np.random.default_rng(0)
-    for pack in PACKS:
+    for pack in PACKS + WINDOW_PACKS:
         n = int(np.prod(pack, 1).sum())
         q, k, v = (rng.standard_normal((1, n, width), dtype=np.float32) for _ in range(3))
         grid = np.asarray(pack, dtype=np.int64)
-        (got,) = session.run(None, {"query": q, "key": k, "value": v, "grid_thw": grid})
-        expected = seg.segment_attention(*(torch.from_numpy(x) for x in (q, k, v, grid)), heads, scale, window, chunk)
-        np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-5, err_msg=str(pack))
+        got = run({"query": q, "key": k, "value": v, "grid_thw": grid})
+        np.testing.assert_allclose(got, _expected(q, k, v, grid, heads, scale, window, chunk), rtol=0, atol=atol,
+                                   err_msg=str(pack))
+
+
+@pytest.mark.parametrize("window, chunk", [(0, seg.CHUNK_ROWS["contrib"]), (0, 16), (0, 5), (4, 0), (WINDOW, 0)])
+def test_onnx_lowering_equals_the_torch_op(window, chunk):
+    """Frames at the shipped step and at steps that split them into query chunks; windows of 4 and 8 patches
+    (every window full, windows cut at the edges, packs of both)."""
+    heads, width, scale = 4, 32, 0.125
+    session = ort.InferenceSession(_lowering_model(width, heads, scale, window, chunk).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    _check_packs(lambda feed: session.run(None, feed)[0], width, heads, scale, window, chunk, 1e-5)
+
+
+@pytest.mark.parametrize("window", [4, WINDOW])
+def test_window_lowering_runs_in_openvino(window, tmp_path):
+    """OpenVINO (f32) on the windows batched, cut windows and packs alike: its CPU plugin refuses an If whose
+    output has no static rank, which ops inside the branch easily give it."""
+    from core.openvino_session import OpenVINOSession
+
+    heads, width, scale = 4, 32, 0.125
+    path = tmp_path / "window.onnx"
+    onnx.save(_lowering_model(width, heads, scale, window), path)
+    session = OpenVINOSession(path, threads=1, precision="f32")
+    _check_packs(lambda feed: session.run(["out"], feed)[0], width, heads, scale, window, 0, 1e-5)
+
+
+def test_windows_batched_run_without_a_loop():
+    """The window function has no Loop; a pack with cut windows runs two attentions (full windows unmasked, the
+    cut ones with a key mask), one with every window full runs one, unmasked."""
+    model = _lowering_model(32, 4, 0.125, WINDOW)
+    nodes = list(_all_nodes(ir.serde.deserialize_model(model).graph))
+    assert not [n for n in nodes if n.op_type == "Loop"]
+    attention = [n for n in nodes if n.op_type == "MultiHeadAttention"]
+    masked = [n for n in attention if len(n.inputs) == 5 and n.inputs[4] is not None]
+    assert len(attention) == 3 and len(masked) == 1
 
 
 # ---------------------------------------------------------------- graph structure and run-time shapes
@@ -205,7 +248,7 @@ def test_segment_loop_bench_forms_compute_the_same(window):
     outs = {}
     for form in (segment_loop.SEQUENCE, "fixed loop, Q=16384", "fixed loop, Q=16", "fixed loop, Q=7"):
         feed = segment_loop.feeds(form, grid, window, heads * head_dim)
-        session = ort.InferenceSession(segment_loop.build(form, heads, head_dim, window).SerializeToString(),
+        session = ort.InferenceSession(segment_loop.build(form, heads, head_dim).SerializeToString(),
                                        providers=["CPUExecutionProvider"])
         outs[form] = session.run(None, feed)[0]
     for form, out in outs.items():
