@@ -132,6 +132,21 @@ def test_onnx_lowering_equals_the_torch_op(window, chunk):
 
 
 @pytest.mark.parametrize("window", [4, WINDOW])
+def test_window_lowering_in_standard_ops(window):
+    """`--ops standard`: the masked attention lowered too, and a batch of no full windows (frames smaller than a
+    window) reshapes."""
+    from quantize.passes import standard_attention
+
+    heads, width, scale = 4, 32, 0.125
+    model = ir.serde.deserialize_model(_lowering_model(width, heads, scale, window))
+    assert standard_attention.apply(model) == 3
+    lowered = ir.serde.serialize_model(model)
+    assert not [n for n in _all_nodes(ir.serde.deserialize_model(lowered).graph) if n.domain == "com.microsoft"]
+    session = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    _check_packs(lambda feed: session.run(None, feed)[0], width, heads, scale, window, 0, 1e-5)
+
+
+@pytest.mark.parametrize("window", [4, WINDOW])
 def test_window_lowering_runs_in_openvino(window, tmp_path):
     """OpenVINO (f32) on the windows batched, cut windows and packs alike: its CPU plugin refuses an If whose
     output has no static rank, which ops inside the branch easily give it."""

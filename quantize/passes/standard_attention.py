@@ -9,10 +9,11 @@ Target (q [B, Sq, H*D], k and v [B, Skv, H*D]; num_heads = H; scale, default 1/s
     y = MultiHeadAttention(q, k, v, num_heads=H[, scale])                                   # [B, Sq, H*D]
 Replacement, opset 13+ ops only (the export's opset is 17-20 on the TorchScript path: ONNX's own `Attention`
 needs opset 23, so the standard form is MatMul + Softmax):
-    qh = Transpose(Reshape(q, [0, 0, H, -1]), [0, 2, 1, 3])                                 # [B, H, Sq, D]
-    kt = Transpose(Reshape(k, [0, 0, H, -1]), [0, 2, 3, 1])                                 # [B, H, D, Skv]
-    vh = Transpose(Reshape(v, [0, 0, H, -1]), [0, 2, 1, 3])                                 # [B, H, Skv, D]
-    y = Reshape(Transpose(MatMul(Softmax(Mul(MatMul(qh, kt), scale), axis=-1), vh), [0, 2, 1, 3]), [0, 0, -1])
+    qh = Transpose(Reshape(q, [B, Sq, H, D]), [0, 2, 1, 3])                                 # [B, H, Sq, D]
+    kt = Transpose(Reshape(k, [B, Skv, H, D]), [0, 2, 3, 1])                                # [B, H, D, Skv]
+    vh = Transpose(Reshape(v, [B, Skv, H, D]), [0, 2, 1, 3])                                # [B, H, Skv, D]
+    y = Reshape(Transpose(MatMul(Softmax(Mul(MatMul(qh, kt), scale), axis=-1), vh), [0, 2, 1, 3]), [B, Sq, H*D])
+(each shape read from its tensor by Shape ops, so a batch of no rows reshapes too)
 With a key padding mask m (int32 [B, Skv], 0: a padded key; the node's 5th input) the scaled scores get
 (m - 1) x 10000 added, [B, 1, 1, Skv]: what ONNX Runtime adds (its mask_filter_value, -10000, on masked keys).
 The scores [B, H, Sq, Skv] exist as a tensor: with the segment attention's query chunks
@@ -43,7 +44,7 @@ def refusal(node: ir.Node) -> str | None:
     if len(inputs) > 5 or (len(inputs) > 3 and inputs[3] is not None):
         return "takes a bias or past"
     mask = _mask(node)
-    if len(inputs) == 5 and (mask is None or mask.shape is None or mask.shape.rank() != 2):
+    if len(inputs) == 5 and (mask is None or (mask.shape is not None and mask.shape.rank() != 2)):
         return "its key padding mask is not 2-D [batch, keys]"
     if any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
         return "its present outputs are used"
@@ -87,14 +88,24 @@ def lower(graph: ir.Graph, node: ir.Node, base: str) -> None:
         nodes.append(made)
         return made.outputs[0]
 
-    split = _constant(f"{base}/heads_shape", np.array([0, 0, heads, -1], np.int64))
-    merged = _constant(f"{base}/merged_shape", np.array([0, 0, -1], np.int64))
+    # Shapes from the tensors, not 0 / -1 in a constant: a batch of no rows (Qwen2.5-VL's full windows where a frame
+    # has none) cannot infer a -1. [B, S, C] -> [B, S, H, C / H]; the output [B, Sq, Cv].
+    head_count = _constant(f"{base}/heads", np.array([heads], np.int64))
     factor = _constant(f"{base}/scale", np.array(scale, np.float32))
-    nodes += [split, merged, factor]
+    nodes += [head_count, factor]
     q, k, v = node.inputs[:3]
-    qh = add("Transpose", [add("Reshape", [q, split.outputs[0]], "q_heads")], "q_bhsd", perm=[0, 2, 1, 3])
-    kt = add("Transpose", [add("Reshape", [k, split.outputs[0]], "k_heads")], "k_bhds", perm=[0, 2, 3, 1])
-    vh = add("Transpose", [add("Reshape", [v, split.outputs[0]], "v_heads")], "v_bhsd", perm=[0, 2, 1, 3])
+
+    def heads_of(x: ir.Value, name: str) -> ir.Value:
+        lead, width = add("Shape", [x], f"{name}_bs", start=0, end=2), add("Shape", [x], f"{name}_c", start=2, end=3)
+        shape = add("Concat", [lead, head_count.outputs[0], add("Div", [width, head_count.outputs[0]], f"{name}_d")],
+                    f"{name}_heads_shape", axis=0)
+        return add("Reshape", [x, shape], f"{name}_heads")
+
+    qh = add("Transpose", [heads_of(q, "q")], "q_bhsd", perm=[0, 2, 1, 3])
+    kt = add("Transpose", [heads_of(k, "k")], "k_bhds", perm=[0, 2, 3, 1])
+    vh = add("Transpose", [heads_of(v, "v")], "v_bhsd", perm=[0, 2, 1, 3])
+    merged = add("Concat", [add("Shape", [q], "out_bs", start=0, end=2), add("Shape", [v], "out_c", start=2, end=3)],
+                 "merged_shape", axis=0)
     scores = add("Mul", [add("MatMul", [qh, kt], "scores"), factor.outputs[0]], "scaled")
     mask = _mask(node)
     if mask is not None:  # (mask - 1) x MASK_FILTER: 0 on real keys, -10000 on padded ones, [B, 1, 1, Skv]
@@ -106,7 +117,7 @@ def lower(graph: ir.Graph, node: ir.Node, base: str) -> None:
         bias = add("Mul", [add("Sub", [keep, one.outputs[0]], "mask_minus_one"), filler.outputs[0]], "mask_bias")
         scores = add("Add", [scores, add("Unsqueeze", [bias, axes.outputs[0]], "mask_bhqk")], "masked")
     attended = add("MatMul", [add("Softmax", [scores], "probs", axis=-1), vh], "attended")
-    out = add("Reshape", [add("Transpose", [attended], "bshd", perm=[0, 2, 1, 3]), merged.outputs[0]], "out")
+    out = add("Reshape", [add("Transpose", [attended], "bshd", perm=[0, 2, 1, 3]), merged], "out")
     _rules.replace_node(graph, node, nodes, out)
 
 
