@@ -124,9 +124,9 @@ def compile_cpu(core, model, config: dict):
     outputs made model outputs too (callers read outputs by name; the extra ones are ignored).
 
     Why: OpenVINO 2026.4.1's CPU plugin returns garbage (NaN, or errors of 1e-3 to 0.2) from the first inference
-    at each new input shape of the Qwen2-VL and Qwen2.5-VL encoders, whose segment attention is an If
-    (builders/qwen_vl/segment_attention.py); every later inference at that shape is right. With the If's outputs
-    also model outputs, the first inference is right too (the canary:
+    at each new input shape of the Qwen2-VL and Qwen2.5-VL encoders, whose attention is an If
+    (builders/qwen_vl/segment_attention.py, window_attention.py); every later inference at that shape is right.
+    With the If's outputs also model outputs, the first inference is right too (the canary:
     tests/test_qwen_generations.py::test_openvino_first_inference_per_shape_needs_the_if_taps). The cost is one
     copy of each block's attention output per run.
     """
