@@ -12,9 +12,9 @@ from onnx import TensorProto, helper
 from transformers import vision_utils
 
 from builders.config import load_config
+from builders.onnx_export import inline_functions
 from builders.qwen_vl import grid as grid_math
 from builders.qwen_vl import layouts, patcher
-from builders.onnx_export import inline_functions
 from builders.qwen_vl import segment_attention as seg
 from builders.qwen_vl import window_attention as win
 from builders.qwen_vl.generations import TORCH_GENERATIONS
