@@ -12,16 +12,18 @@ the window-ordered sequence (frame after frame, windows row-major: transformers'
     gathered into [E, W*W, C] (rows past a window's size repeat its first row) with a key padding mask; each
     row gathered back to its place after.
 
-Why not the Loop over windows that `segment_attention` runs (the shipped form until 2026-11-28): OpenVINO's CPU
-plugin hands every input of a Loop body to every step, so a Loop over windows costs O(windows x N): one window
-attention of a 1024x1024 frame (100 windows, 5,476 rows, Qwen2.5-VL-3B dims) took 5.9 s in bf16 and 0.15 s in
-f32 against 0.06 s batched, and Qwen2.5-VL-3B's whole tower 151 s against PyTorch's 31 s
-(bench/results/window-attention.md, cpu-race-families-avx512-bf16.md). Batched, ONNX Runtime is as fast as its
-Loop or faster (same file). No tensor is N x N: scores are [F or E, H, W*W, W*W].
+Why not the Loop over windows (`segment_attention`'s Loop with a window a segment, the shipped form until
+2026-11-28): OpenVINO's CPU plugin hands every input of a Loop body to every step, so a Loop over windows costs
+O(windows x N): one window attention of a 1024x1024 frame (100 windows, 5,476 rows, Qwen2.5-VL-3B dims, 2 threads)
+took 4.94 s in bf16 against 0.057 s batched, and Qwen2.5-VL-3B's whole tower 151 s against PyTorch bf16's 31 s;
+batched, 23.6 s (bench/results/window-attention.md, cpu-race-families-avx512-bf16[-qwen2.5-windows].md). In ONNX
+Runtime the batched form costs 1.19x the Loop on the window attention alone (the Loop's small calls stay in
+cache), within 3% at the whole model (bench/results/runtimes-qwen2.5-vl-3b-windows.md). No tensor is N x N:
+scores are [F or E, H, W*W, W*W].
 
 Shapes: query, key, value float32 [1, N, H*D] (rotary already applied, rows in window order), grid_thw int64
-[I, 3] (t, h, w per image; h, w in patches) -> [1, N, H*D]. A grid_thw that claims other rows than the pack
-holds fails in a Gather (the windows index rows that are not there).
+[I, 3] (t, h, w per image; h, w in patches) -> [1, N, H*D]. A grid_thw that claims more rows than the pack holds
+fails in a Gather (the windows index rows that are not there); one that claims fewer gives fewer rows out.
 """
 
 import onnxscript
