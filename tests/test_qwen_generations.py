@@ -166,18 +166,20 @@ def test_attention_without_windows_is_caught(models, tmp_path):
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_windows_run_one_attention_per_window_and_no_n_by_n_tensor(exports, path, tmp_path):
-    """Qwen2.5-VL at a large frame: each window block runs one MultiHeadAttention per window (64 patches inside,
-    cut back at the edges), each full block one per frame; no tensor of N x N size."""
+def test_windows_run_batched_and_no_n_by_n_tensor(exports, path, tmp_path):
+    """Qwen2.5-VL at a large frame: each window block runs two batched MultiHeadAttentions, no Loop (the full
+    windows of 64 patches, and the windows cut back at the edges padded to 64 rows), each full block one on the
+    frame; no tensor of N x N size."""
     config = load_config("qwen2.5-vl-tiny").vision  # blocks 0 and 2 attend in windows, 1 and 3 per frame
     pack = [[1, 60, 36]]  # 8 x 5 windows: the last row 4 patches high, the last column 4 wide
     pixels, grid = layouts.random_pixels(pack, patch_dim(WINDOWED), np.random.default_rng(0))
     shapes = runtime_shapes(str(exports[WINDOWED, path] / "model.onnx"),
                             {"pixel_values": pixels, "grid_thw": grid}, tmp_path)
-    attention = [shape[1] for op, shape in shapes if op == "MultiHeadAttention"]
+    attention = [tuple(shape[:2]) for op, shape in shapes if op == "MultiHeadAttention"]
     full = len(config["fullatt_block_indexes"])
-    window_rows = [8 * 8] * (7 * 4) + [8 * 4] * 7 + [4 * 8] * 4 + [4 * 4]
-    assert sorted(attention) == sorted(window_rows * (config["depth"] - full) + [60 * 36] * full)
+    windows = [(7 * 4, 8 * 8), (7 + 4 + 1, 8 * 8)]  # [full windows, 64 rows], [cut windows, 64 rows]
+    assert sorted(attention) == sorted(windows * (config["depth"] - full) + [(1, 60 * 36)] * full)
+    assert not [op for op, _ in shapes if op == "Loop"]
     assert not quadratic_tensors(shapes, pixels.shape[0], patch_dim(WINDOWED))
 
 
