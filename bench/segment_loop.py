@@ -1,7 +1,8 @@
 """`python -m bench.segment_loop`: the segment attention's Loop with steps of varying size or of a fixed size.
 
 One attention at Qwen3-VL-2B dims (16 heads x 64, width 1024) and Qwen2.5-VL-3B's windows (16 heads x 80,
-windows of 8 x 8 patches) on q/k/v [1, N, width], in the forms:
+windows of 8 x 8 patches, each handed to the Loop as a frame of its own: the Loop over windows shipped until
+2026-11-28; the windows now run batched, bench/window_attention.py) on q/k/v [1, N, width], in the forms:
   sequence loop        the lowering shipped until 2026-11-26: one unmasked MultiHeadAttention per segment, each
                        step's [1, rows, C] inserted into a sequence (SequenceInsert) and concatenated after.
                        OpenVINO's CPU Loop sizes such an output as trip count x the last step's size: wrong
