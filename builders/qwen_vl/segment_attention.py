@@ -201,17 +201,22 @@ class AtOpset:
         return proto
 
 
-def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale, chunk):
-    from torch.onnx import symbolic_helper
+def register_lowering(op_name: str, function, attributes: dict[str, str]) -> dict:
+    """Lower the torch custom op `op_name` (query, key, value, grid_thw, then the constants `attributes` names in
+    order, each with its ONNX attribute kind, "i" or "f") to the ONNX `function` in both exporters: registers the
+    TorchScript symbolic and returns torch.export's translation table entry."""
 
-    out = g.onnxscript_op(AtOpset(SEGMENT_ATTENTION, g.opset), query, key, value, grid_thw,
-                          num_heads_i=symbolic_helper._get_const(num_heads, "i", "num_heads"),
-                          scale_f=symbolic_helper._get_const(scale, "f", "scale"),
-                          chunk_i=symbolic_helper._get_const(chunk, "i", "chunk"))
-    return out.setType(query.type())
+    def symbolic(g, query, key, value, grid_thw, *constants):
+        from torch.onnx import symbolic_helper
 
+        attrs = {f"{name}_{kind}": symbolic_helper._get_const(constant, kind, name)
+                 for (name, kind), constant in zip(attributes.items(), constants, strict=True)}
+        return g.onnxscript_op(AtOpset(function, g.opset), query, key, value, grid_thw, **attrs).setType(query.type())
 
-torch.onnx.register_custom_op_symbolic(OP_NAME, _torchscript_symbolic, 1)
+    torch.onnx.register_custom_op_symbolic(op_name, symbolic, 1)
+    namespace, name = op_name.split("::")
+    return {getattr(getattr(torch.ops, namespace), name).default: function}
+
 
 # torch.export path: what `torch.onnx.export(..., custom_translation_table=...)` needs.
-TRANSLATION_TABLE = {torch.ops.vlm_vision.segment_attention.default: SEGMENT_ATTENTION}
+TRANSLATION_TABLE = register_lowering(OP_NAME, SEGMENT_ATTENTION, {"num_heads": "i", "scale": "f", "chunk": "i"})

@@ -129,17 +129,6 @@ def _(query, key, value, grid_thw, num_heads, scale, window):
     return torch.empty_like(query)
 
 
-def _torchscript_symbolic(g, query, key, value, grid_thw, num_heads, scale, window):
-    from torch.onnx import symbolic_helper
-
-    out = g.onnxscript_op(segments.AtOpset(WINDOW_ATTENTION, g.opset), query, key, value, grid_thw,
-                          num_heads_i=symbolic_helper._get_const(num_heads, "i", "num_heads"),
-                          scale_f=symbolic_helper._get_const(scale, "f", "scale"),
-                          window_i=symbolic_helper._get_const(window, "i", "window"))
-    return out.setType(query.type())
-
-
-torch.onnx.register_custom_op_symbolic(OP_NAME, _torchscript_symbolic, 1)
-
-# torch.export path: what `torch.onnx.export(..., custom_translation_table=...)` needs.
-TRANSLATION_TABLE = {torch.ops.vlm_vision.window_attention.default: WINDOW_ATTENTION}
+# torch.export path: what `torch.onnx.export(..., custom_translation_table=...)` needs (and the TorchScript symbolic).
+TRANSLATION_TABLE = segments.register_lowering(OP_NAME, WINDOW_ATTENTION,
+                                               {"num_heads": "i", "scale": "f", "window": "i"})
