@@ -85,7 +85,7 @@ def _profile(sessions: dict, label: str, feeds: dict) -> list[dict]:
 
     import openvino
 
-    from core import openvino_session
+    from core import openvino_branches, openvino_session
 
     sess = sessions.pop(label)
     path, precision, threads = sess.path, sess.precision, getattr(sess, "threads", None)
@@ -95,7 +95,10 @@ def _profile(sessions: dict, label: str, feeds: dict) -> list[dict]:
     if threads:
         config["INFERENCE_NUM_THREADS"] = threads
     core = openvino.Core()
-    compiled = openvino_session.compile_cpu(core, core.read_model(str(path)), config)
+    read = lambda: core.read_model(str(path))
+    # compiled as the session runs it: each If replaced by the branch these feeds take (core.openvino_branches)
+    compiled = openvino_branches.BranchCompiler(read(), read, lambda m: openvino_session.compile_cpu(core, m, config),
+                                                keep=1)(feeds)
     request = compiled.create_infer_request()
     for _ in range(2):  # the second run's profile: the first includes its first-run allocations
         request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})

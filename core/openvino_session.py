@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core import onnx_io
+from core import onnx_io, openvino_branches
 from core.errors import UsageError
 from core.staging import user_cache
 
@@ -136,6 +136,11 @@ def compile_cpu(core, model, config: dict):
     return core.compile_model(model, "CPU", config)
 
 
+def _cannot_load(path, err: RuntimeError) -> UsageError:
+    # whole, on one line: OpenVINO names the failing op at the end of a long message
+    return UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())}")
+
+
 class OpenVINOSession:
     """A compiled OpenVINO CPU model of an ONNX file (see the module docstring)."""
 
@@ -162,17 +167,24 @@ class OpenVINOSession:
             model = core.read_model(str(path))
             # an IR's metadata is in the model (rt_info); an ONNX file's is read from the file below
             meta = metadata(model) if is_ir(path) else None
-            own = [p.get_any_name() for p in model.outputs]
-            self.compiled = compile_cpu(core, model, config)
+            self._inputs = [_port(p) for p in model.inputs]
+            self._outputs = [_port(p) for p in model.outputs]
+            self._branches = openvino_branches.BranchCompiler(model, lambda: core.read_model(str(path)),
+                                                              lambda m: compile_cpu(core, m, config))
+            del model
+            if not self._branches.specializes:  # compiled now, as it is; else per pattern of its Ifs on first use
+                self._branches({})
         except RuntimeError as err:
-            # whole, on one line: OpenVINO names the failing op at the end of a long message
-            raise UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())}") from None
-        self.request = self.compiled.create_infer_request()
-        self._inputs = [_port(p) for p in self.compiled.inputs]
-        self._outputs = [_port(self.compiled.output(name)) for name in own]
+            raise _cannot_load(path, err) from None
+        self._request = None  # (compiled model, its infer request) of the last run
         if meta is None:
             meta = {p.key: p.value for p in onnx_io.read_proto(path).metadata_props}
         self._meta = ModelMeta(meta)
+
+    @property
+    def specializes(self) -> bool:
+        """Whether runs go to models compiled per pattern of the Ifs' conditions (core.openvino_branches)."""
+        return self._branches.specializes
 
     def get_inputs(self) -> list[Port]:
         return self._inputs
@@ -185,7 +197,14 @@ class OpenVINOSession:
 
     def run(self, output_names, input_feed: dict[str, np.ndarray], run_options=None) -> list[np.ndarray]:
         """Outputs `output_names` (None: all, in the model's order) of one inference, as arrays of their own."""
-        results = self.request.infer({name: np.ascontiguousarray(a) for name, a in input_feed.items()})
-        by_name = {port.get_any_name(): results[port] for port in self.compiled.outputs}
+        try:
+            compiled = self._branches(input_feed)
+        except RuntimeError as err:
+            raise _cannot_load(self.path, err) from None
+        if self._request is None or self._request[0] is not compiled:
+            self._request = None  # the former request's memory goes before the new one's comes
+            self._request = (compiled, compiled.create_infer_request())
+        results = self._request[1].infer({name: np.ascontiguousarray(a) for name, a in input_feed.items()})
+        by_name = {port.get_any_name(): results[port] for port in compiled.outputs}
         names = output_names or [o.name for o in self._outputs]
         return [np.array(by_name[name], copy=True) for name in names]

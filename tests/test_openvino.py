@@ -93,6 +93,7 @@ def test_openvino_runs_the_export_at_every_layout(exports, name):
     cases = " ".join(layout["case"] for layout in layouts)
     if name.startswith("qwen"):  # the layouts where OpenVINO's Loop went wrong are among them
         assert "pack" in cases and "video" in cases and "same" in cases, cases
+        assert session.specializes  # each attention If replaced by its branch per pack (core.openvino_branches)
     assert check_against_eager(lambda feeds: session.run(None, feeds), exports[name]) == len(layouts)
 
 

@@ -315,6 +315,9 @@ def test_openvino_first_inference_per_shape_needs_the_if_taps(packages):
     assert not np.allclose(plain, expected, atol=1e-4)  # nan or wrong: the bug
     tapped = openvino_session.compile_cpu(core, core.read_model(str(path)), config)(feeds)["image_features"]
     np.testing.assert_allclose(tapped, expected, atol=1e-5)
+    # what the runtime runs: each If replaced by its branch (core.openvino_branches), right from the first inference
+    first = openvino_session.OpenVINOSession(path, 1).run(["image_features"], feeds)[0]
+    np.testing.assert_allclose(first, expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", TINY)
