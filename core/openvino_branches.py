@@ -1,21 +1,22 @@
 """OpenVINO: compile a model once per pattern of its If conditions, each If replaced by the branch it takes
 (torch-free).
 
-`BranchCompiler(core, model, config)(feeds)` -> the compiled model to run `feeds` on. The Ifs' conditions are
-computed first by a small model of their own (the integer ops on `grid_thw` that decide them); the model compiled
-for that pattern has every top-level If replaced by the branch the pattern names (its body's nodes wired in place
-of the If), so no If is left to run. Patterns are compiled on first use; the `keep` most recent stay compiled.
+`BranchCompiler(model, read, compile)(feeds)` -> the compiled model to run `feeds` on. The Ifs' conditions are
+computed first by a small model of their own (`_Conditions`: the integer ops on `grid_thw` that decide them, and
+the query's row count, read off the shapes OpenVINO infers for the feeds); the model compiled for that pattern has
+every top-level If replaced by the branch the pattern names (its body's nodes wired in place of the If), so no If
+is left to run. A pattern is compiled on first use; the `keep` most recent stay compiled. Deciding costs about
+3-5 ms per run at Qwen3-VL-2B (a reshape of the model's graph, no weights touched, and the small model).
 
 Why: OpenVINO 2026.4.1's CPU plugin gives every If body memory of its own (its inputs copied in, its
 intermediates, its outputs copied out), shared with no other If. Our attention is an If per block
-(builders/qwen_vl/segment_attention.py, window_attention.py): at Qwen3-VL-2B's 24 blocks a 1024x1024 photo in
-bf16 peaked at 5.8 GiB resident with the Ifs and 4.2 GiB with the branches wired in, and a 2048x2048 photo went
-past 12 GiB (killed by the OOM killer beside other processes) against 5.7 GiB; the outputs are bit-identical and
-the attention's time fell 6.4 -> 5.9 s at 1024x1024 (OpenVINO's profiler; `python -m bench.openvino_branches`
-measures it).
+(builders/qwen_vl/segment_attention.py, window_attention.py), so resident memory grew by a few tensors of the
+image's size per block: at Qwen3-VL-2B's 24 blocks a 2048x2048 photo in bf16 went past 12 GiB (the OOM killer
+stopped it beside other processes). The outputs are bit-identical (`python -m bench.openvino_branches` measures
+both forms: time, peak memory, outputs).
 
-Where a condition reads a float input (no graph of this tool does), two Ifs share a name, or the model has no If,
-it is compiled once as it is (`compile_cpu`'s taps kept for its Ifs).
+Where a condition reads a float input's values (no graph of this tool does), two Ifs share a name, a shape the
+conditions read stays unknown, or the model has no If, it runs as it is (`compile_cpu`'s taps kept for its Ifs).
 """
 
 from __future__ import annotations
@@ -46,18 +47,97 @@ def wire_branch(node, branch: int) -> None:
         node.output(described.output_index).replace(results[described.body_value_index].input_value(0))
 
 
-def _feeding_parameters(outputs) -> list:
-    """The Parameter nodes the values `outputs` are computed from."""
-    seen, found, stack = set(), {}, [o.get_node() for o in outputs]
+def _condition_sources(model, conditions) -> tuple[list, list]:
+    """(Parameter nodes, ShapeOf nodes) the values `conditions` of `model` are computed from: walking up from
+    them, stopping at each Parameter and at each ShapeOf of a tensor computed from a float input (it reads that
+    tensor's shape, never its values); a ShapeOf of integers is walked through."""
+    from_floats = set()  # names of the nodes whose values a float input's values reach (a ShapeOf's never)
+    for node in model.get_ordered_ops():
+        kind = node.get_type_name()
+        if (kind == "Parameter" and node.get_element_type().get_type_name() not in _CONDITION_INPUT_TYPES) or (
+                kind != "ShapeOf" and any(v.get_node().get_name() in from_floats for v in node.input_values())):
+            from_floats.add(node.get_name())
+    seen, parameters, shapes, stack = set(), {}, {}, [c.get_node() for c in conditions]
     while stack:
         node = stack.pop()
         if node.get_name() in seen:  # unique per node (its friendly name need not be)
             continue
         seen.add(node.get_name())
-        if node.get_type_name() == "Parameter":
-            found[node.get_friendly_name()] = node
-        stack.extend(value.get_node() for value in node.input_values())
-    return list(found.values())
+        kind = node.get_type_name()
+        if kind == "Parameter":
+            parameters[node.get_name()] = node
+        elif kind == "ShapeOf" and node.input_value(0).get_node().get_name() in from_floats:
+            shapes[node.get_name()] = node
+        else:
+            stack.extend(value.get_node() for value in node.input_values())
+    return list(parameters.values()), list(shapes.values())
+
+
+class _Conditions:
+    """The top-level Ifs' conditions of a model, computed from its integer inputs and the shapes its ShapeOf nodes
+    read (Qwen's attention If compares the frames' rows with the query's row count).
+
+    Two graphs of the model: `conditions`, compiled, where each ShapeOf on the conditions' path is a Parameter
+    of its own; and `shapes`, never compiled, where each top-level If is its then-branch (both branches give the
+    same shape; an If's own shape inference would leave the rows unknown) and whose static shapes, after a
+    reshape to the feeds' shapes, are those ShapeOf nodes' values."""
+
+    def __init__(self, model):
+        import openvino
+        from openvino import opset13
+
+        copy, shapes = model.clone(), model.clone()
+        ifs = top_level_ifs(copy)
+        self.if_names = [node.get_friendly_name() for node in ifs]
+        conditions = [node.input_value(0) for node in ifs]
+        parameters, shape_of = _condition_sources(copy, conditions)
+        self.usable = bool(ifs) and len(set(self.if_names)) == len(ifs) and all(
+            p.get_element_type().get_type_name() in _CONDITION_INPUT_TYPES for p in parameters)
+        if not self.usable:
+            return
+        # the same ShapeOf nodes in the second copy: same place in the topological order
+        order = [node.get_name() for node in copy.get_ordered_ops()]
+        twins = shapes.get_ordered_ops()
+        probes = [twins[order.index(node.get_name())] for node in shape_of]
+        if any(twin.get_type_name() != "ShapeOf" or twin.get_friendly_name() != node.get_friendly_name()
+               for twin, node in zip(probes, shape_of, strict=True)):
+            self.usable = False
+            return
+        probes = [twin.input_value(0) for twin in probes]
+        for node in top_level_ifs(shapes):
+            wire_branch(node, 0)
+        shapes.add_outputs(probes)  # reached from a result, so that a reshape infers their shapes
+        shapes.validate_nodes_and_infer_types()
+        self._shapes, self._probes = shapes, probes
+        self._shape_types = [node.get_output_element_type(0).to_dtype() for node in shape_of]
+        fed = []
+        for k, node in enumerate(shape_of):
+            rank = node.input_value(0).get_partial_shape().rank.get_length()
+            fed.append(opset13.parameter([rank], node.get_output_element_type(0), name=f"shape_of.{k}"))
+            for target in list(node.output(0).get_target_inputs()):
+                target.replace_source_output(fed[-1].output(0))
+        self.inputs = [p.get_friendly_name() for p in parameters]
+        condition_model = openvino.Model(conditions, [*parameters, *fed], "if_conditions")
+        condition_model.validate_nodes_and_infer_types()
+        self.compiled = openvino.Core().compile_model(condition_model, "CPU", {"INFERENCE_NUM_THREADS": 1})
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> tuple[bool, ...] | None:
+        """The branch each If takes on `feeds` (True: then), or None where a shape stays unknown."""
+        import openvino
+
+        if self._probes:
+            self._shapes.reshape({name: openvino.PartialShape(list(np.shape(feeds[name])))
+                                  for name in (p.get_friendly_name() for p in self._shapes.get_parameters())})
+            found = [probe.get_partial_shape() for probe in self._probes]
+            if not all(shape.is_static for shape in found):
+                return None
+        else:
+            found = []
+        values = {name: np.ascontiguousarray(feeds[name]) for name in self.inputs}
+        values.update({f"shape_of.{k}": np.array(shape.to_shape(), dtype)
+                       for k, (shape, dtype) in enumerate(zip(found, self._shape_types, strict=True))})
+        results = self.compiled(values)
+        return tuple(bool(np.asarray(results[out]).reshape(-1)[0]) for out in self.compiled.outputs)
 
 
 class BranchCompiler:
@@ -70,36 +150,18 @@ class BranchCompiler:
     def __init__(self, model, read, compile, keep: int = 2):
         self._spare, self._read, self._compile, self.keep = model, read, compile, keep
         self._compiled: OrderedDict[tuple, object] = OrderedDict()
-        self._conditions = self._condition_model(model)
-
-    def _condition_model(self, model):
-        """A compiled model whose outputs are the top-level Ifs' conditions, or None where the model is compiled
-        as it is (no If, a condition reading a float input, two Ifs of one name)."""
-        import openvino
-
-        ifs = top_level_ifs(model)
-        self._if_names = [node.get_friendly_name() for node in ifs]
-        if not ifs or len(set(self._if_names)) != len(ifs):
-            return None
-        conditions = [node.input_value(0) for node in ifs]
-        parameters = _feeding_parameters(conditions)
-        if any(p.get_element_type().get_type_name() not in _CONDITION_INPUT_TYPES for p in parameters):
-            return None
-        self._condition_inputs = [p.get_friendly_name() for p in parameters]
-        return openvino.Core().compile_model(openvino.Model(conditions, parameters, "if_conditions"), "CPU",
-                                             {"INFERENCE_NUM_THREADS": 1})
+        self._conditions = _Conditions(model)
 
     @property
     def specializes(self) -> bool:
-        """Whether runs go to If-free models (the model has Ifs, decided by integer inputs)."""
-        return self._conditions is not None
+        """Whether runs go to If-free models (the model has Ifs, decided by integer inputs and shapes)."""
+        return self._conditions.usable
 
     def pattern(self, feeds: dict[str, np.ndarray]) -> tuple[bool, ...]:
-        """The branch each top-level If takes on `feeds` (True: then); () when the model is compiled as is."""
-        if self._conditions is None:
+        """The branch each top-level If takes on `feeds` (True: then); () where the model runs as it is."""
+        if not self._conditions.usable:
             return ()
-        results = self._conditions({name: np.ascontiguousarray(feeds[name]) for name in self._condition_inputs})
-        return tuple(bool(np.asarray(results[out]).reshape(-1)[0]) for out in self._conditions.outputs)
+        return self._conditions(feeds) or ()
 
     def __call__(self, feeds: dict[str, np.ndarray]):
         """The compiled model for `feeds`: compiled now on a new pattern, the least recent dropped past `keep`."""
@@ -111,7 +173,7 @@ class BranchCompiler:
         self._spare = None
         if key:
             ifs = {node.get_friendly_name(): node for node in top_level_ifs(model)}
-            for name, taken in zip(self._if_names, key, strict=True):
+            for name, taken in zip(self._conditions.if_names, key, strict=True):
                 wire_branch(ifs[name], 0 if taken else 1)
             model.validate_nodes_and_infer_types()
         while len(self._compiled) >= self.keep:

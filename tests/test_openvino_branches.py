@@ -1,8 +1,8 @@
 """core.openvino_branches: a model compiled per pattern of its If conditions, each If replaced by its branch.
 
-On small ONNX graphs: an If decided by an integer input takes each branch right, the compiled model holds no If,
-patterns compile once and the least recent goes past `keep`; an If decided by a float input (or none) compiles the
-model as it is. The tiny Qwen exports through `OpenVINOSession` at every validation layout (uniform and mixed
+On small ONNX graphs: an If decided by an integer input, or by a float input's shape, takes each branch right, the
+compiled model holds no If, patterns compile once and the least recent goes past `keep`; an If decided by a float
+input's values compiles the model as it is. The tiny Qwen exports through `OpenVINOSession` at every validation layout (uniform and mixed
 packs: both branches) are in tests/test_openvino.py.
 """
 
@@ -18,10 +18,17 @@ from core import openvino_branches, openvino_session
 
 def _if_model(path, condition_from: str):
     """y = If(cond, x * 2 + 1, -x) twice in a row; cond = ReduceSum(n) > 0 (`condition_from` "int": n int64 [k],
-    "float": x itself)."""
+    "float": x itself), or len(x) - sum(n) > 0 ("shape")."""
     nodes, current = [], "x"
     if condition_from == "int":
         nodes += [helper.make_node("ReduceSum", ["n"], ["total"], keepdims=0),
+                  helper.make_node("Greater", ["total", "zero"], ["cond"])]
+        zero = helper.make_tensor("zero", TensorProto.INT64, [], [0])
+    elif condition_from == "shape":  # the rows of x (a float input's shape, not its values) minus sum(n) > 0
+        nodes += [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["r"], ["rows"]),
+                  helper.make_node("ReduceSum", ["n"], ["claimed"], keepdims=1),
+                  helper.make_node("Sub", ["rows", "claimed"], ["left"]),
+                  helper.make_node("ReduceSum", ["left"], ["total"], keepdims=0),
                   helper.make_node("Greater", ["total", "zero"], ["cond"])]
         zero = helper.make_tensor("zero", TensorProto.INT64, [], [0])
     else:
@@ -73,6 +80,17 @@ def test_each_if_becomes_the_branch_it_takes(tmp_path):
         assert "If" not in _layer_types(model), name
     assert len(compiled) == 2
     branches({"x": x, "n": np.array([5])})  # a pattern compiled already: no compile
+    assert len(compiled) == 2
+
+
+def test_a_condition_on_a_float_input_shape_is_computed_from_the_shape(tmp_path):
+    branches, compiled = _compiler(_if_model(tmp_path / "m.onnx", "shape"))
+    assert branches.specializes
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    for n, expected in (([1], (x * 2 + 1) * 2 + 1), ([3], x), ([2], (x * 2 + 1) * 2 + 1)):
+        model = branches({"x": x, "n": np.array(n)})
+        np.testing.assert_allclose(model({"x": x, "n": np.array(n)})[0], expected, err_msg=str(n))
+        assert "If" not in _layer_types(model)
     assert len(compiled) == 2
 
 
