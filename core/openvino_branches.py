@@ -126,8 +126,11 @@ class _Conditions:
         import openvino
 
         if self._probes:
-            self._shapes.reshape({name: openvino.PartialShape(list(np.shape(feeds[name])))
-                                  for name in (p.get_friendly_name() for p in self._shapes.get_parameters())})
+            try:
+                self._shapes.reshape({name: openvino.PartialShape(list(np.shape(feeds[name])))
+                                      for name in (p.get_friendly_name() for p in self._shapes.get_parameters())})
+            except RuntimeError:  # feeds the model refuses: it runs as it is, and says so itself
+                return None
             found = [probe.get_partial_shape() for probe in self._probes]
             if not all(shape.is_static for shape in found):
                 return None
