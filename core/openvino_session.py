@@ -3,7 +3,10 @@
 `OpenVINOSession(path, threads, precision)` compiles the ONNX file (or OpenVINO IR, `.xml` + `.bin`: the ov-int8
 variant, `quantize/ov_int8.py`) for OpenVINO's CPU plugin and answers
 `get_inputs()` / `get_outputs()` (name, ORT-style type, shape), `get_modelmeta().custom_metadata_map` and
-`run(names, feeds) -> [arrays]`, so that code written against an ORT session runs unchanged.
+`run(names, feeds) -> [arrays]`, so that code written against an ORT session runs unchanged. A file with Ifs
+decided by its integer inputs and shapes (Qwen's attention) is compiled per pattern of those Ifs, each If replaced
+by the branch it takes, on the first run that needs it (`core.openvino_branches`: OpenVINO gives every If body
+memory of its own); any other file is compiled when the session opens.
 
 precision: OpenVINO's inference precision hint, "f32" or "bf16" (bf16 needs a CPU with AVX-512 BF16 or AMX:
 `bf16_supported()`). The figures behind the runtime's default are in docs/runtime-openvino.md.
