@@ -54,6 +54,9 @@ class Embedder:
         self.outputs = session.output_names(self.session)[: len(columns)]
         self.variant, self.max_tokens, self.columns, self.checksum = variant, max_tokens, columns, checksum
         self.max_pixels = max_pixels  # the pixel budget of one image or frame (runtime.images.pixel_budget)
+        # OpenVINO runs each entry alone, as `runtime embed` does (`Engine.one_entry_per_run`); so every entry runs
+        # on the model compiled for one image or one video (core.openvino_branches) and equals `embed` bit for bit
+        self.one_entry = engine.one_entry_per_run
 
     def prepare(self, path: str, file: Path) -> Prepared:
         """Read and preprocess one entry alone; UsageError (naming the file) when it cannot be."""
@@ -68,10 +71,11 @@ class Embedder:
         return Prepared(path, file, False, pixels, self.processing.embed_pack(self.folder, pixels, []))
 
     def groups(self, prepared):
-        """Consecutive entries in packs of at most `max_tokens` tokens and one video (generator of lists)."""
+        """Consecutive entries in packs of at most `max_tokens` tokens and one video (generator of lists); one
+        entry per pack on an engine that runs each entry alone (OpenVINO)."""
         group: list[Prepared] = []
         for entry in prepared:
-            full = group and (sum(p.tokens for p in group) + entry.tokens > self.max_tokens
+            full = group and (self.one_entry or sum(p.tokens for p in group) + entry.tokens > self.max_tokens
                               or (entry.video and any(p.video for p in group)))
             if full:
                 yield group
