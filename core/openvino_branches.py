@@ -77,10 +77,10 @@ class _Conditions:
     """The top-level Ifs' conditions of a model, computed from its integer inputs and the shapes its ShapeOf nodes
     read (Qwen's attention If compares the frames' rows with the query's row count).
 
-    Two graphs of the model: `conditions`, compiled, where each ShapeOf on the conditions' path is a Parameter
-    of its own; and `shapes`, never compiled, where each top-level If is its then-branch (both branches give the
-    same shape; an If's own shape inference would leave the rows unknown) and whose static shapes, after a
-    reshape to the feeds' shapes, are those ShapeOf nodes' values."""
+    Two graphs of the model: `conditions`, compiled, where each ShapeOf of a float-computed tensor on the
+    conditions' path is a Parameter of its own; and `shapes`, never compiled, where each top-level If is its
+    then-branch (both branches give the same shape; an If's own shape inference would leave the rows unknown) and
+    whose static shapes, after a reshape to the feeds' shapes, are those ShapeOf nodes' values."""
 
     def __init__(self, model):
         import openvino
