@@ -32,20 +32,18 @@ def point(model: str, form: str, precision: str, threads: int, feeds: str, reps:
     """One process's measurement: {seconds: [...], peak_rss_mib}; the outputs saved to `out`."""
     import openvino
 
-    from core import openvino_branches, openvino_session
+    from core import openvino_session
 
     core = openvino.Core()
     config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
     with np.load(feeds) as loaded:
         inputs = {k: loaded[k] for k in loaded.files}
-    compile_model = lambda m: openvino_session.compile_cpu(core, m, config)
-    read = lambda: core.read_model(model)
-    first = read()
+    first = core.read_model(model)
     own = len(first.outputs)  # the model's outputs (compile_cpu adds the Ifs' outputs after them)
     if form == FORMS[0]:
-        compiled = compile_model(first)
+        compiled = openvino_session.compile_cpu(core, first, config)
     else:
-        compiled = openvino_branches.BranchCompiler(first, read, compile_model, keep=1)(inputs)
+        compiled = openvino_session.branch_compiler(core, model, config, keep=1, model=first)(inputs)
     del first
     request = compiled.create_infer_request()
     request.infer(inputs)

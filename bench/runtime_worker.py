@@ -85,7 +85,7 @@ def _profile(sessions: dict, label: str, feeds: dict) -> list[dict]:
 
     import openvino
 
-    from core import openvino_branches, openvino_session
+    from core import openvino_session
 
     sess = sessions.pop(label)
     path, precision, threads = sess.path, sess.precision, getattr(sess, "threads", None)
@@ -95,10 +95,8 @@ def _profile(sessions: dict, label: str, feeds: dict) -> list[dict]:
     if threads:
         config["INFERENCE_NUM_THREADS"] = threads
     core = openvino.Core()
-    read = lambda: core.read_model(str(path))
     # compiled as the session runs it: each If replaced by the branch these feeds take (core.openvino_branches)
-    compiled = openvino_branches.BranchCompiler(read(), read, lambda m: openvino_session.compile_cpu(core, m, config),
-                                                keep=1)(feeds)
+    compiled = openvino_session.branch_compiler(core, path, config, keep=1)(feeds)
     request = compiled.create_infer_request()
     for _ in range(2):  # the second run's profile: the first includes its first-run allocations
         request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})

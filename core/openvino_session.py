@@ -139,6 +139,14 @@ def compile_cpu(core, model, config: dict):
     return core.compile_model(model, "CPU", config)
 
 
+def branch_compiler(core, path, config: dict, keep: int = 2, model=None) -> openvino_branches.BranchCompiler:
+    """The file's compiled models per pattern of its Ifs (core.openvino_branches), each through `compile_cpu`
+    with `config`; `model`: the file already read, if it is."""
+    read = lambda: core.read_model(str(path))
+    return openvino_branches.BranchCompiler(read() if model is None else model, read,
+                                            lambda m: compile_cpu(core, m, config), keep)
+
+
 def _cannot_load(path, err: RuntimeError) -> UsageError:
     # whole, on one line: OpenVINO names the failing op at the end of a long message
     return UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())}")
@@ -172,8 +180,7 @@ class OpenVINOSession:
             meta = metadata(model) if is_ir(path) else None
             self._inputs = [_port(p) for p in model.inputs]
             self._outputs = [_port(p) for p in model.outputs]
-            self._branches = openvino_branches.BranchCompiler(model, lambda: core.read_model(str(path)),
-                                                              lambda m: compile_cpu(core, m, config))
+            self._branches = branch_compiler(core, path, config, model=model)
             del model
             if not self._branches.specializes:  # compiled now, as it is; else per pattern of its Ifs on first use
                 self._branches({})
