@@ -12,7 +12,7 @@ case by case. Accuracy: min per-token cosine over every output against PyTorch f
 `bench.flops` (matrix products) against this CPU's peaks (`peaks`: /proc/cpuinfo's clock x cores x FLOP per
 cycle of its widest fp32 FMA, AMX-BF16 and AMX-INT8 where present). OpenVINO's per-op profile (PERF_COUNT) of
 each OV path at the largest image case of at most 1024^2. The default path is what `runtime embed` runs
-(`runtime.path_choice` on the build's stage reports). `--package DIR` adds the acceptance figure at each of
+(`runtime.path_choice` on the build's stage reports, at each case's image size). `--package DIR` adds the acceptance figure at each of
 `--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
 (no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
 `bench.runtime_venv`, or `--runtime-python`; OpenVINO's compile cache filled by an untimed first round, as for
@@ -95,26 +95,40 @@ def paths(build: Path) -> dict[str, dict]:
     return {label: c for label, c in found.items() if c["engine"] == "torch" or Path(c["file"]).exists()}
 
 
-def default_path(build: Path) -> tuple[str, str]:
-    """The label of what `runtime embed` runs on this machine for a package of `build` (`runtime.path_choice` on
-    a manifest made of the stage reports' accuracy)."""
+def default_path(build: Path, pixels: int | None = None) -> tuple[str, str]:
+    """The label of what `runtime embed` runs on this machine for a package of `build` on an image of `pixels`
+    (`runtime.path_choice` on a manifest made of the stage reports' accuracy and measured sizes), and its line."""
+    from families import of_model
     from runtime import path_choice
 
+    metadata = onnx_io.metadata(build / "optimized" / "model.onnx")
+    fam = of_model(metadata, str(build))
     variants = [{"name": "fp32", "file": "onnx/vision_encoder.onnx"}]
     for stage, name in (("int8", "int8"), ("ov-int8", "ov-int8")):
         report = build / stage / "report.json"
         if report.exists():
             data = json.loads(report.read_text())
             validation = data.get("validation", {})
+            accuracy = {"min_token_cosine": validation.get("min_token_cosine"),
+                        "photos": validation.get("photos") or {},
+                        "largest_image_pixels": path_choice.measured_pixels(fam, metadata, validation)}
             variants.append({"name": name, "file": data.get("file", f"onnx/vision_encoder_{name}.onnx"),
-                             "quantization": data.get("config", {}),
-                             "accuracy_vs_fp32": {"min_token_cosine": validation.get("min_token_cosine"),
-                                                  "photos": validation.get("photos") or {}}})
-    choice = path_choice.choose({"variants": variants})
+                             "quantization": data.get("config", {}), "accuracy_vs_fp32": accuracy})
+    choice = path_choice.choose({"variants": variants}, pixels=pixels)
     engine = {"onnxruntime": "ORT", "openvino": "OV"}[choice.path.engine]
     kind = {"fp32": choice.path.precision or "fp32", "int8": "INT8", "ov-int8": "INT8"}.get(choice.variant,
                                                                                          choice.variant)
     return f"{engine} {kind}", choice.line()
+
+
+def default_paths(build: Path, case_feeds: dict[str, dict]) -> dict[str, tuple[str, str]]:
+    """{case: (label, line)}: `default_path` at each case's largest image (`Family.layout_pixels`)."""
+    from families import of_model
+
+    metadata = onnx_io.metadata(build / "optimized" / "model.onnx")
+    fam = of_model(metadata, str(build))
+    return {case: default_path(build, fam.layout_pixels(fam.case_layout(feeds), metadata))
+            for case, feeds in case_feeds.items()}
 
 
 def cases(model: Path, sizes: list[int], video: int, processor: Path | None = None) -> dict[str, dict[str, np.ndarray]]:
@@ -291,8 +305,9 @@ def markdown(result: dict) -> str:
     lines = [f"# CPU race: {result['model']}", "",
              (f"`{result['command']}` on {describe(result['machine'])}; CPU flags: {flags}; {result['started']} - "
               f"{result['finished']}. Medians of interleaved rounds; accuracy: min per-token cosine over every output "
-              "against PyTorch fp32 on the same real photo; FLOP/s: matrix products (bench.flops) / median. Default "
-              f"path (`runtime embed` with no option): **{result['default']}** ({result['default_line']})."), ""]
+              "against PyTorch fp32 on the same real photo; FLOP/s: matrix products (bench.flops) / median. "
+              "**Bold**: the default path (`runtime embed` with no option) at that case's size: "
+              + "; ".join(f"{case}: {line}" for case, (_, line) in result["defaults"].items()) + "."), ""]
     for threads, run in result["runs"].items():
         p = run["peaks_tflops"]
         amx = [f"{name} {p[key]:.2f}" if p[key] else f"{name} absent"
@@ -304,8 +319,9 @@ def markdown(result: dict) -> str:
         for label in next(iter(run["cases"].values())):
             cells = [_cell(by_label[label], by_label.get("PyTorch bf16", {}).get("median_s"))
                      for by_label in run["cases"].values()]
-            name = f"**{label}** (default)" if label == result["default"] else label
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {run['peak_rss_mib'].get(label)} |")
+            cells = [f"**{c}**" if result["defaults"].get(case, ("",))[0] == label else c
+                     for case, c in zip(run["cases"], cells)]
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {run['peak_rss_mib'].get(label)} |")
         lines.append("")
         if run.get("profile"):
             lines += [(f"OpenVINO per-op profile at {run['profile_case']} (PERF_COUNT, one run; seconds by layer "
@@ -361,13 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--paths: {', '.join(unknown)} is no path of {args.build} on this machine; known: "
                      f"{', '.join(paths(args.build))}")
     vision = load_config(export["model"]).vision
-    default, default_line = default_path(args.build)
     result = {"command": "python -m bench.cpu_race " + " ".join(argv if argv is not None else sys.argv[1:]),
               "model": export["model"], "machine": machine(), "cpu_flags": [f for f in FLAGS if cpu.has(f)],
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": load_average(),
-              "default": default, "default_line": default_line, "runs": {}}
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": load_average(), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="cpu-race-") as tmp:
         feeds = cases(args.build / "optimized" / "model.onnx", sizes, args.video) if sizes or args.video else {}
+        result["defaults"] = default_paths(args.build, feeds)
         for threads in (int(t) for t in args.threads.split(",") if feeds):
             run = race(args.build, feeds, threads, args.reps, Path(tmp), only)
             run["peaks_tflops"] = peaks(threads)

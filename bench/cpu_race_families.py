@@ -3,8 +3,8 @@
 For each build (a `make export` build folder of any family at its published dims: export, optimized and int8
 stages, ov-int8 when built), `bench.cpu_race.race` with the paths a user picks between: PyTorch bf16 (the family's
 `pytorch_run`: transformers' forward, sdpa), ONNX Runtime INT8, OpenVINO bf16 on the optimized file, OpenVINO INT8
-(when built), and the package's default path on this machine (`bench.cpu_race.default_path`); PyTorch fp32 runs
-once per case, untimed, for the accuracy (min per-token cosine over every output). Each build's paths are timed
+(when built), and the package's default path on this machine at each size (`bench.cpu_race.default_paths`);
+PyTorch fp32 runs once per case, untimed, for the accuracy (min per-token cosine over every output). Each build's paths are timed
 interleaved, case by case (a warm-up run, then `--reps` rounds); builds one after another.
 Cases: scikit-image's astronaut resized to each `--sizes` square through the model's own processor.
 Writes bench/results/cpu-race-families[-SUFFIX].json and .md.
@@ -34,14 +34,15 @@ TIMED = (BASE, "ORT INT8", "OV bf16", "OV INT8")
 
 
 def measure(build: Path, sizes: list[int], threads: int, reps: int, tmp: Path) -> dict:
-    """One build's race: {model, default, default_line, cases: {case: {label: {median_s, min_token_cosine, ...}}},
-    peak_rss_mib, load_s}."""
+    """One build's race: {model, build, defaults: {case: (label, line)}, cases: {case: {label: {median_s,
+    min_token_cosine, ...}}}, peak_rss_mib, load_s}."""
     export = json.loads((build / "export" / "report.json").read_text())
-    default, line = cpu_race.default_path(build)
     feeds = cpu_race.cases(build / "optimized" / "model.onnx", sizes, 0)
-    run = cpu_race.race(build, feeds, threads, reps, tmp, only=(cpu_race.REFERENCE, *TIMED, default),
+    defaults = cpu_race.default_paths(build, feeds)
+    run = cpu_race.race(build, feeds, threads, reps, tmp,
+                        only=(cpu_race.REFERENCE, *TIMED, *(label for label, _ in defaults.values())),
                         untimed=(cpu_race.REFERENCE,), profile=False)
-    return {"model": export["model"], "build": str(build), "default": default, "default_line": line, **run}
+    return {"model": export["model"], "build": str(build), "defaults": defaults, **run}
 
 
 def _cell(r: dict | None, base: float | None) -> str:
@@ -62,16 +63,19 @@ def markdown(result: dict) -> str:
               "accuracy: min per-token cosine over every output against PyTorch fp32 on the same photo. **Bold**: "
               "the package's default path on this machine (`runtime embed` with no option)."), "",
              ]
-    columns = [*TIMED, *dict.fromkeys(m["default"] for m in result["models"] if m["default"] not in TIMED)]
+    columns = [*TIMED, *dict.fromkeys(label for m in result["models"] for label, _ in m["defaults"].values()
+                                      if label not in TIMED)]
     lines += ["| model | photo | " + " | ".join(columns) + " |", "|---|---|" + "---:|" * len(columns)]
     for model in result["models"]:
         for case, by_label in model["cases"].items():
             base = by_label.get(BASE, {}).get("median_s")
             cells = [_cell(by_label.get(label), base if label != BASE else None) for label in columns]
-            cells = [f"**{c}**" if label == model["default"] and c != "-" else c for label, c in zip(columns, cells)]
+            cells = [f"**{c}**" if label == model["defaults"][case][0] and c != "-" else c
+                     for label, c in zip(columns, cells)]
             lines.append(f"| {model['model']} | {case} | " + " | ".join(cells) + " |")
-    lines += ["", "Default path per model: " + "; ".join(f"{m['model']}: {m['default_line']}"
-                                                        for m in result["models"]) + ".", ""]
+    lines += ["", "Default path per model and size: " + "; ".join(
+        f"{m['model']} {case}: {line}" for m in result["models"] for case, (_, line) in m["defaults"].items()) + ".",
+              ""]
     return "\n".join(lines)
 
 

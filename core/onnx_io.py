@@ -302,9 +302,14 @@ def copy_model(src: str | os.PathLike, dst_dir: Path, name: str, data_name: str 
     return dst_dir / name
 
 
+def metadata_of(proto: onnx.ModelProto) -> dict[str, str]:
+    """A model's metadata_props as {key: value}."""
+    return {p.key: p.value for p in proto.metadata_props}
+
+
 def metadata(path: str | os.PathLike) -> dict[str, str]:
     """The model's metadata_props, read (after `read_proto`'s checks) without loading weights."""
-    return {p.key: p.value for p in read_proto(path).metadata_props}
+    return metadata_of(read_proto(path))
 
 
 def write_json(path: str | os.PathLike, data: dict) -> None:

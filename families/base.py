@@ -101,7 +101,9 @@ class Family:
     Metadata: `metadata_keys`, written by the export and read by later stages.
     Layouts: `case_layout(inputs)` -> JSON facts (`layout_keys` among them), `layout_inputs(layout,
     metadata, rng)` -> random inputs of that layout, `default_layouts(metadata)` -> [(case, layout)] for a
-    model whose report lists none (same-size-other-layout cases included).
+    model whose report lists none (same-size-other-layout cases included), `layout_pixels(layout, metadata)` ->
+    the pixels of the layout's largest image or video frame as the model sees it (the processor's resize done):
+    how large the images were that a variant's gates measured (`runtime.path_choice`).
     Stages: `optimize_passes` (names of quantize.optimize.PASSES, in order) and `optimize_options(metadata)`
     (keyword options of the ORT transformer-optimizer pass); `surgery_checks` (what `python -m surgery
     stage` runs: "debake", "audit", "claims").
@@ -121,6 +123,7 @@ class Family:
     case_layout: Callable[[Inputs], dict]
     layout_inputs: Callable[[dict, Metadata, np.random.Generator], Inputs]
     default_layouts: Callable[[Metadata], list[tuple[str, dict]]]
+    layout_pixels: Callable[[dict, Metadata], int]
     optimize_passes: tuple[str, ...]
     optimize_options: Callable[[Metadata], dict]
     surgery_checks: tuple[str, ...]

@@ -12,7 +12,7 @@ from families.base import FEATURES
 from release.variants import VARIANTS
 from runtime import buckets
 from runtime.buckets import KEY
-from runtime.path_choice import per_cpu
+from runtime.path_choice import describe_per_cpu
 
 
 def _mib(size: int) -> str:
@@ -72,8 +72,7 @@ def variants_table(manifest: dict) -> list[str]:
     lines += ["", ("`python -m runtime embed` with no engine or variant option runs the fastest path of this "
                    "package that keeps a min per-token cosine of 0.998 against fp32, per CPU (`--engine auto`, "
                    "vlm-vision-onnx's docs/runtimes.md): "
-                   + "; ".join(f"{kind}: {choice.path.describe()}" for kind, choice in per_cpu(manifest).items())
-                   + ".")]
+                   + describe_per_cpu(manifest) + ".")]
     return lines
 
 

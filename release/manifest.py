@@ -13,7 +13,8 @@ same build folders give the same bytes. Keys:
   min_cosine of the flattened output, min_token_cosine of its rows, ok)
 - `variants`: per variant its file, stage, size, quantization settings and accuracy against fp32 (fp16: emulated
   float16 storage, `accuracy_vs_fp32`, and on the CPU EP, `accuracy_vs_fp32_cpu_ep`; int8/int4: also on held-out
-  real photos, `accuracy_vs_fp32.photos`; the nodes kept fp32, `precision`)
+  real photos, `accuracy_vs_fp32.photos`, and the largest image those checks measured,
+  `accuracy_vs_fp32.largest_image_pixels`; the nodes kept fp32, `precision`)
 - `smoke`: per smoke size the inputs' shapes and the outputs' shapes of the fp32 model
 - `static_buckets` (only when the build has `static-WxH/` folders; `runtime.buckets`): per bucket its size, layout
   (`runtime.buckets`: a Qwen grid_thw, Phi-4's image_size and num_crops), I/O, and per file (fp32, qdq, fp16) its files, size, stage and accuracy as its stage measured it (fp32: against
@@ -29,10 +30,11 @@ from pathlib import Path
 
 import onnx
 
+from core import onnx_io
 from core.errors import UsageError
 from families import Family
 from release.stages import Stage, StaticBucket, Variant, bucket_head
-from runtime import buckets
+from runtime import buckets, path_choice
 from runtime.verify import FORMAT, io_records, opsets, sha256
 
 
@@ -108,7 +110,9 @@ def stage_record(stage: Stage) -> dict:
     return record
 
 
-def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> dict:
+def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant, fam: Family, metadata: dict) -> dict:
+    """A variant's manifest record; a quantized one's accuracy with the largest image its checks measured
+    (`largest_image_pixels`, what `--engine auto` runs it up to: runtime/path_choice.py)."""
     report = variant.stage.report
     own = {path: rec for path, rec in files.items() if variant.owns(path)}
     record = {"name": variant.name, "file": variant.path, "stage": variant.stage.name,
@@ -123,6 +127,9 @@ def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant) -> d
     photos = val.get("photos") or {}
     if "min_token_cosine" in photos:  # int8/int4: on held-out real photos (quantize/photo_check.py)
         record["accuracy_vs_fp32"]["photos"] = {k: photos[k] for k in ("photos", "sizes", "max_abs", "min_token_cosine")}
+    measured = path_choice.measured_pixels(fam, metadata, val)
+    if measured is not None:
+        record["accuracy_vs_fp32"]["largest_image_pixels"] = measured
     if "cpu_execution_provider" in report:  # fp16: the figures above are emulated float16 storage
         cpu_ep = report["cpu_execution_provider"]
         record["accuracy_vs_fp32_cpu_ep"] = {k: cpu_ep[k] for k in ("run", "max_abs", "min_cosine", "min_token_cosine")
@@ -200,7 +207,7 @@ def build(name: str, fam: Family, stages: dict[str, Stage], chosen: list[Variant
         "export": {"path": export.get("exporter"), "opset": export.get("opset"),
                    "example": export.get("example"), "tolerance": export.get("tolerance")},
         "stages": [stage_record(s) for s in stages.values()],
-        "variants": [variant_record(v, files, chosen[0]) for v in chosen],
+        "variants": [variant_record(v, files, chosen[0], fam, onnx_io.metadata_of(fp32_proto)) for v in chosen],
         "smoke": smoke,
         **static_records,
         "files": dict(sorted(files.items())),

@@ -177,15 +177,19 @@ def run(args) -> int:
         earlier = collection_io.earlier_meta(out)
         # a resumed collection keeps its variant unless one is given (the choice may differ on another machine)
         variant = args.variant or (earlier.get("variant") if isinstance(earlier.get("variant"), str) else None)
-        choice = path_choice.choose(manifest, args.engine, variant, args.precision)
+        processing = family(manifest["family"]).processing
+        processing.load_processor(folder)
+        processor_pixels = int(processing.max_pixels(folder))  # it downsizes any larger image to this
+        budget = images.pixel_budget(processor_pixels, args.max_image_pixels)
+        # one variant embeds the whole collection: chosen for the largest image the model may see in it
+        choice = path_choice.choose(manifest, args.engine, variant, args.precision,
+                                    pixels=min(budget, processor_pixels),
+                                    pixels_what="images within --max-image-pixels may have")
         say(choice.line(), TAG)
         # an unpacked tarball's files are new each run: nothing to spare
         cached = None if unpack.is_tarball(Path(args.package)) else earlier.get("checksum_files")
         meta = package_meta(folder, manifest, choice.variant, args.deepstack,
                             cached if isinstance(cached, dict) else None)
-        processing = family(manifest["family"]).processing
-        processing.load_processor(folder)
-        budget = images.pixel_budget(processing.max_pixels(folder), args.max_image_pixels)
         folders = [p for p in (args.input, args.package) if Path(p).is_dir()]  # OUT may sit beside a list file
         done, old_errors = collection_io.check_out(out, folders, meta)
         todo = collection_io.pending(args.input, done)

@@ -140,8 +140,9 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
           threads: int | None = None, force=False, engine: Engine = engines.DEFAULT,
           max_image_pixels: int | None = None) -> dict[str, np.ndarray]:
     """Preprocess, run (on `engine`; `Engine("auto")`: the engine, and the variant when `variant` is None, chosen by
-    `runtime.path_choice`) and write OUT.npz; returns what was written. `max_image_pixels`: the pixel
-    budget of one image or frame (default: `images.pixel_budget` of the package's processor)."""
+    `runtime.path_choice` for the largest image or frame given) and write OUT.npz; returns what was written.
+    `max_image_pixels`: the pixel budget of one image or frame (default: `images.pixel_budget` of the package's
+    processor)."""
     image_paths = images.expand(image_args)
     frame_paths = images.expand(video_args)
     if not image_paths and not frame_paths:
@@ -150,19 +151,22 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
     with unpack.opened(package) as folder:
         manifest = read_manifest(folder)
         family_name = manifest["family"]
-        choice = path_choice.choose(manifest, engine.name, variant, engine.precision)
+        processing = family(family_name).processing
+        processor_pixels = int(processing.max_pixels(folder))  # it downsizes any larger image to this
+        budget = images.pixel_budget(processor_pixels, max_image_pixels)
+        what = f"{len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video" if frame_paths else "")
+        with step(f"load {what}", tag=TAG):
+            loaded = (list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
+                      list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
+        largest = min(max(rgb.shape[0] * rgb.shape[1] for _, rgb in (*loaded[0], *loaded[1])), processor_pixels)
+        choice = path_choice.choose(manifest, engine.name, variant, engine.precision, pixels=largest)
         engine, variant = choice.engine, choice.variant
         model = model_file(folder, manifest, variant)
         if model.suffix == ".xml" and engine.name != "openvino":  # an OpenVINO IR (the ov-int8 variant)
             raise UsageError(f"variant {variant!r} ({model.relative_to(folder)}) is an OpenVINO IR: run it with "
                              "--engine openvino")
         say(choice.line(), TAG)
-        processing = family(family_name).processing
-        budget = images.pixel_budget(processing.max_pixels(folder), max_image_pixels)
-        with step(f"preprocess {len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video"
-                                                               if frame_paths else ""), tag=TAG):
-            loaded = (list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
-                      list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
+        with step(f"preprocess {what}", tag=TAG):
             packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.one_entry_per_run
                      else [processing.embed_pack(folder, *loaded)])
         sess = engine.open(model, threads)

@@ -11,7 +11,15 @@ The rule, in order:
    and `accuracy_vs_fp32.photos.min_token_cosine`, quantize/photo_check.py; a variant without the photo figure,
    packaged before the stages measured it, is not taken automatically); OpenVINO's bf16 on the fp32 file
    is held to the same floor by `runtime verify` (core.engine.BF16_FLOOR). A full-range INT8 file is skipped on a
-   CPU whose int8 kernels saturate (`core.cpu.int8_saturates`).
+   CPU whose int8 kernels saturate (`core.cpu.int8_saturates`). A quantized variant runs only on images no larger
+   than its gates measured (`accuracy_vs_fp32.largest_image_pixels`, `measured_pixels`: the largest image or
+   frame of its validation layouts and photos, 1024^2 for the Qwen exports): its error grows with the image
+   (Qwen3-VL-2B's ov-int8 meets FLOOR on photos up to 1024^2 and gives 0.99780 at 2048^2,
+   bench/results/cpu-race-avx512-bf16-2048.md), while bf16 on the fp32 file stays far above it (0.99907 there).
+   `pixels` is the largest image of the call as the model sees it (`runtime embed`: the largest photo or frame
+   given, or the processor's max_pixels when that is smaller, since the processor downsizes to it;
+   `embed-collection`: the same bound over what `--max-image-pixels` lets through, since one variant embeds the
+   whole collection: cap it at the variant's size to keep the variant).
 3. fp32 on ONNX Runtime is the last path, always there.
 
 The order per CPU class is what `python -m bench.cpu_race` measured (bench/results/cpu-race.md, and the CPUs named
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 
 from core import cpu, openvino_session
 from core.engine import BF16_FLOOR, Engine
+from families import Family
 
 #: The accuracy every automatic path keeps: min per-token cosine against fp32 at every validation layout.
 FLOOR = BF16_FLOOR
@@ -92,32 +101,66 @@ class Choice:
         return f"path: {self.path.describe()} ({self.why})"
 
 
+def measured_pixels(fam: Family, metadata: dict, validation: dict) -> int | None:
+    """The largest image (pixels, as the model sees it) of a quantized stage's checks: its validation cases'
+    layouts (`Family.layout_pixels`) and its held-out photos (`validation.photos.sizes`, height x width); None
+    when the report records neither."""
+    found = [fam.layout_pixels(case, metadata) for case in validation.get("cases", [])
+             if isinstance(case, dict) and all(k in case for k in fam.layout_keys)]
+    found += [int(h) * int(w) for h, w in (validation.get("photos") or {}).get("sizes", [])]
+    return max(found) if found else None
+
+
+def _record(manifest: dict, variant: str) -> dict:
+    """The manifest's record of `variant` ({} when it has none)."""
+    for record in manifest.get("variants", []):
+        if isinstance(record, dict) and record.get("name") == variant:
+            return record
+    return {}
+
+
 def variant_accuracy(manifest: dict, variant: str) -> float | None:
     """The variant's min per-token cosine against fp32, the lower of its validation layouts' and its held-out
     photos' (1.0 for fp32; None when the manifest does not record both)."""
     if variant == "fp32":
         return 1.0
-    for record in manifest.get("variants", []):
-        if isinstance(record, dict) and record.get("name") == variant:
-            accuracy = record.get("accuracy_vs_fp32") or {}
-            values = [accuracy.get("min_token_cosine"), (accuracy.get("photos") or {}).get("min_token_cosine")]
-            if not all(isinstance(v, (int, float)) for v in values):
-                return None
-            return float(min(values))
-    return None
+    record = _record(manifest, variant)
+    if not record:
+        return None
+    accuracy = record.get("accuracy_vs_fp32") or {}
+    values = [accuracy.get("min_token_cosine"), (accuracy.get("photos") or {}).get("min_token_cosine")]
+    if not all(isinstance(v, (int, float)) for v in values):
+        return None
+    return float(min(values))
 
 
 def _saturates(manifest: dict, variant: str) -> bool:
     """A full-range (8-bit weight) dynamic INT8 file on a CPU whose int8 kernels saturate (core.cpu)."""
-    for record in manifest.get("variants", []):
-        if isinstance(record, dict) and record.get("name") == variant:
-            settings = record.get("quantization") or {}
-            return settings.get("method") == "dynamic" and settings.get("reduce_range") is False \
-                and cpu.int8_saturates()
-    return False
+    settings = _record(manifest, variant).get("quantization") or {}
+    return settings.get("method") == "dynamic" and settings.get("reduce_range") is False and cpu.int8_saturates()
 
 
-def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool) -> str | None:
+def largest_image_pixels(manifest: dict, variant: str) -> int | None:
+    """The largest image a quantized variant's gates measured (`measured_pixels`, as packaged); None for fp32 and
+    for a package made before the figure was recorded."""
+    measured = (_record(manifest, variant).get("accuracy_vs_fp32") or {}).get("largest_image_pixels")
+    return measured if isinstance(measured, int) and variant != "fp32" else None
+
+
+def _too_large(manifest: dict, variant: str, pixels: int | None, pixels_what: str) -> str | None:
+    """Why a quantized `variant` may not run on an image of `pixels` (None: it may, or no size was given)."""
+    if pixels is None or variant == "fp32":
+        return None
+    measured = largest_image_pixels(manifest, variant)
+    if measured is None:
+        return f"{variant}: the image sizes its gates measured are not recorded (package it again)"
+    if pixels > measured:
+        return f"{variant} measured on images up to {measured:,} pixels, {pixels_what} {pixels:,}"
+    return None
+
+
+def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool, pixels: int | None,
+             pixels_what: str) -> str | None:
     """Why `path` cannot run here (None: it can)."""
     if path.engine == "openvino" and not have_openvino:
         return "openvino not installed"
@@ -132,14 +175,16 @@ def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool) -
         return f"{path.variant} min per-token cosine {shown} < {FLOOR}"
     if _saturates(manifest, path.variant):
         return f"{path.variant} is full-range INT8 and this CPU's int8 kernels saturate"
-    return None
+    return _too_large(manifest, path.variant, pixels, pixels_what)
 
 
 def choose(manifest: dict, engine: str = "auto", variant: str | None = None, precision: str | None = None,
            cpu_kind: str | None = None, have_openvino: bool | None = None,
-           have_bf16: bool | None = None) -> Choice:
+           have_bf16: bool | None = None, pixels: int | None = None,
+           pixels_what: str = "this call's largest image has") -> Choice:
     """The path for a package (see the module docstring). `cpu_kind`, `have_openvino`, `have_bf16`: this machine's
-    unless given (tests give them)."""
+    unless given (tests give them). `pixels`: the largest image of the call as the model will see it (None: no
+    bound by size); `pixels_what` names it in the line."""
     if engine != "auto":
         chosen = Path(engine, variant or "fp32", precision)
         Engine(chosen.engine, chosen.precision)  # UsageError for a precision the engine does not take
@@ -155,7 +200,7 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
     for path in RANKING.get(kind, ()):
         if variant is not None and path.variant != variant:
             continue
-        reason = _refusal(manifest, path, have_openvino, have_bf16)
+        reason = _refusal(manifest, path, have_openvino, have_bf16, pixels, pixels_what)
         if reason is None:
             return Choice(path, f"auto: fastest on a {kind} CPU meeting {FLOOR}"
                           + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
@@ -166,10 +211,8 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
 
 def _engine_for(manifest: dict, variant: str) -> str:
     """The engine of a variant no ranked path names: OpenVINO for an OpenVINO IR file (.xml), else ONNX Runtime."""
-    for record in manifest.get("variants", []):
-        if isinstance(record, dict) and record.get("name") == variant:
-            return "openvino" if str(record.get("file", "")).endswith(".xml") else "onnxruntime"
-    return "onnxruntime"  # an unknown variant: the embed command names the package's variants
+    # an unknown variant ({} record): the embed command names the package's variants
+    return "openvino" if str(_record(manifest, variant).get("file", "")).endswith(".xml") else "onnxruntime"
 
 
 def add_arguments(parser) -> None:
@@ -179,8 +222,23 @@ def add_arguments(parser) -> None:
                              "picks (fp32 with an explicit --engine)")
 
 
-def per_cpu(manifest: dict) -> dict[str, Choice]:
-    """{CPU class: the path `--engine auto` takes for this package there}, with OpenVINO installed (as
-    `.[runtime]` installs it) and bf16 where the class has it: what a model card states, the same on any machine."""
-    return {kind: choose(manifest, cpu_kind=kind, have_openvino=True, have_bf16=kind in (AMX, AVX512_BF16))
-            for kind in RANKING}
+def per_cpu(manifest: dict, pixels: int | None = None) -> dict[str, Choice]:
+    """{CPU class: the path `--engine auto` takes for this package there on images of `pixels` (None: any size the
+    chosen variant measured)}, with OpenVINO installed (as `.[runtime]` installs it) and bf16 where the class has
+    it: what a model card states, the same on any machine."""
+    return {kind: choose(manifest, cpu_kind=kind, have_openvino=True, have_bf16=kind in (AMX, AVX512_BF16),
+                         pixels=pixels) for kind in RANKING}
+
+
+def describe_per_cpu(manifest: dict) -> str:
+    """Per CPU class, the path `--engine auto` takes, and where that is a quantized variant, up to which image size
+    and what runs above it: the model card's sentence."""
+    parts = []
+    for kind, choice in per_cpu(manifest).items():
+        text = f"{kind}: {choice.path.describe()}"
+        bound = largest_image_pixels(manifest, choice.variant)
+        if bound is not None:
+            above = per_cpu(manifest, bound + 1)[kind]
+            text += f" on images up to {bound:,} pixels, {above.path.describe()} on larger ones"
+        parts.append(text)
+    return "; ".join(parts)

@@ -133,3 +133,98 @@ def test_embed_says_which_path_ran(every_variant_packages, tmp_path, capsys):
                  *(["--precision", chosen.path.precision] if chosen.path.precision else [])]) == 0
     with np.load(out) as a, np.load(explicit) as b:
         np.testing.assert_array_equal(a["image_0.image_features"], b["image_0.image_features"])
+
+
+def measured(variant_manifest: dict, **pixels) -> dict:
+    """`variant_manifest` with each named variant's `largest_image_pixels` set (name=pixels)."""
+    for record in variant_manifest["variants"]:
+        if record["name"].replace("-", "_") in pixels:
+            record["accuracy_vs_fp32"]["largest_image_pixels"] = pixels[record["name"].replace("-", "_")]
+    return variant_manifest
+
+
+def test_a_quantized_variant_runs_only_on_images_its_gates_measured():
+    """Qwen3-VL-2B's ov-int8 meets the floor up to 1024^2 and gives 0.99780 at 2048^2
+    (bench/results/cpu-race-avx512-bf16-2048.md): at 2048^2 the next path whose variant measured that size runs."""
+    one_k = 1024 * 1024
+    package = measured(manifest(int8=0.99830, ov_int8=(0.99810, 0.99816)), int8=one_k, ov_int8=one_k)
+    package["variants"][2]["file"] = "openvino/vision_encoder_int8.xml"
+    ask = {"cpu_kind": AVX512_BF16, "have_openvino": True, "have_bf16": True}
+    assert pc.choose(package, pixels=one_k, **ask).path == Path("openvino", "ov-int8", "bf16")
+    assert pc.choose(package, **ask).path == Path("openvino", "ov-int8", "bf16")  # no size given: no bound
+    large = pc.choose(package, pixels=4 * one_k, **ask)
+    assert large.path == Path("openvino", "fp32", "bf16")  # bf16 on the fp32 file has no size bound
+    assert "ov-int8 measured on images up to 1,048,576 pixels, this call's largest image has 4,194,304" in large.line()
+    assert "int8 measured on images up to 1,048,576 pixels" in large.line()
+    # a collection says what bounds it
+    said = pc.choose(package, pixels=4 * one_k, pixels_what="images within --max-image-pixels may have", **ask)
+    assert "images within --max-image-pixels may have 4,194,304" in said.line()
+    # without OpenVINO: the last path, fp32 on ONNX Runtime
+    assert pc.choose(package, pixels=4 * one_k, cpu_kind=AVX2, have_openvino=False).path == \
+        Path("onnxruntime", "fp32")
+    # an explicit variant still runs at any size
+    assert pc.choose(package, "auto", "int8", pixels=4 * one_k, cpu_kind=AVX2, have_openvino=False).path == \
+        Path("onnxruntime", "int8")
+
+
+def test_a_size_bound_not_recorded_keeps_the_variant_out_of_sized_calls():
+    """A package made before `largest_image_pixels` was recorded: no quantized variant when the call has a size."""
+    choice = pc.choose(manifest(int8=0.9990), pixels=448 * 448, cpu_kind=AVX2, have_openvino=False)
+    assert choice.path == Path("onnxruntime", "fp32")
+    assert "int8: the image sizes its gates measured are not recorded (package it again)" in choice.line()
+
+
+def test_measured_pixels_reads_the_layouts_and_the_photos():
+    from families import family
+
+    qwen = family("qwen3-vl")
+    metadata = {"patch_dim": "1536"}  # 3 x 2 x 16 x 16: patch 16
+    validation = {"cases": [{"case": "image 1024x1024", "grid_thw": [[1, 64, 64]]},
+                            {"case": "video", "grid_thw": [[4, 28, 28], [1, 20, 20]]}, {"case": "no layout"}],
+                  "photos": {"sizes": [[768, 1024]]}}
+    assert pc.measured_pixels(qwen, metadata, validation) == 1024 * 1024
+    assert pc.measured_pixels(qwen, metadata, {"photos": {"sizes": [[448, 448], [1200, 1000]]}}) == 1_200_000
+    assert pc.measured_pixels(qwen, metadata, {}) is None
+    phi = family("phi-4-mm")  # valid patches of 14 pixels: 27 x 64 patches of the HD grid
+    assert pc.measured_pixels(phi, {"patch_size": "14"}, {"cases": [{"layouts": [[1, 2, 27, 64], [1, 1, 32, 32]]}]}) \
+        == 27 * 64 * 14 * 14
+
+
+def test_the_model_card_says_up_to_which_size_a_variant_runs():
+    one_k = 1024 * 1024
+    package = measured(manifest(int8=0.99830), int8=one_k)
+    text = pc.describe_per_cpu(package)
+    assert "vnni: onnxruntime, variant int8 on images up to 1,048,576 pixels, onnxruntime, variant fp32 on larger " \
+           "ones" in text
+    assert "amx: openvino bf16, variant fp32;" in text
+
+
+def test_embed_chooses_for_its_largest_photo(every_variant_packages, tmp_path, capsys, monkeypatch):
+    """`runtime embed` on a copy of the tiny package whose int8 claims a floor-meeting accuracy measured up to a
+    bound between the two photos' sizes: the small photo runs int8, the pair (one above the bound) fp32, and the
+    line says why. The CPU class is pinned to one whose ranking is ONNX Runtime INT8 alone."""
+    import json
+    import shutil
+
+    from PIL import Image
+
+    from runtime.__main__ import main
+
+    package = tmp_path / "package"
+    shutil.copytree(every_variant_packages["qwen3-vl"], package)
+    data = json.loads((package / "manifest.json").read_text())
+    for record in data["variants"]:
+        if record["name"] == "int8":
+            record["accuracy_vs_fp32"].update(min_token_cosine=0.9990, largest_image_pixels=300 * 300)
+            record["accuracy_vs_fp32"]["photos"]["min_token_cosine"] = 0.9990
+    (package / "manifest.json").write_text(json.dumps(data))
+    small, large = tmp_path / "small.png", tmp_path / "large.png"
+    Image.new("RGB", (256, 256), (120, 30, 200)).save(small)
+    Image.new("RGB", (320, 320), (20, 130, 90)).save(large)
+    monkeypatch.setattr(pc, "cpu_class", lambda: AVX2)
+    for photos, expected in (([small], "onnxruntime, variant int8"), ([small, large], "onnxruntime, variant fp32")):
+        assert main(["embed", *map(str, photos), "--package", str(package), "--out",
+                     str(tmp_path / f"{len(photos)}.npz")]) == 0
+        lines = [line for line in capsys.readouterr().err.splitlines() if "path:" in line]
+        assert len(lines) == 1 and f"path: {expected} (" in lines[0], lines
+    assert "int8 measured on images up to 90,000 pixels, this call's largest image has 102,400" in lines[0]

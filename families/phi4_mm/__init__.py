@@ -33,6 +33,13 @@ def layout_inputs(layout: dict, metadata: Metadata, rng: np.random.Generator) ->
     return crops.random_inputs([crops.ImageLayout(*map(int, g)) for g in layout["layouts"]], rng)
 
 
+def layout_pixels(layout: dict, metadata: Metadata) -> int:
+    """The pixels of the layout's largest image as the model sees it: its valid patches (valid_h x valid_w of the
+    HD grid) times the patch's area."""
+    patch = int(metadata.get("patch_size", crops.PATCH))
+    return max(int(g[2]) * int(g[3]) for g in layout["layouts"]) * patch * patch
+
+
 def default_layouts(metadata: Metadata) -> list[tuple[str, dict]]:
     """The export stage's packs (the export example first), as layouts."""
     example = json.loads(metadata.get("export_image_sizes", json.dumps(layouts.EXAMPLE_IMAGES)))
@@ -66,6 +73,7 @@ FAMILY = Family(
     case_layout=case_layout,
     layout_inputs=layout_inputs,
     default_layouts=default_layouts,
+    layout_pixels=layout_pixels,
     optimize_passes=spec.OPTIMIZE_PASSES,
     optimize_options=optimize_options,
     # No grid constants to debake (the crop geometry is fixed, the counts are computed at run time):

@@ -12,6 +12,7 @@ is {"grid_thw": [[t, h, w], ...]}.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 
@@ -58,6 +59,13 @@ def layout_inputs(layout: dict, metadata: Metadata, rng: np.random.Generator) ->
     return {"pixel_values": pixels, "grid_thw": grid}
 
 
+def layout_pixels(layout: dict, metadata: Metadata) -> int:
+    """The pixels of the layout's largest image or frame: max h * w of its grid_thw rows, times the patch's area
+    (patch_dim = 3 channels * 2 temporal * patch**2)."""
+    patch = math.isqrt(_patch_dim(metadata) // 6)
+    return max(int(h) * int(w) for _, h, w in layout["grid_thw"]) * patch * patch
+
+
 def make_family(generation: Generation) -> Family:
     """The family object of one Qwen vision generation."""
 
@@ -83,6 +91,7 @@ def make_family(generation: Generation) -> Family:
         case_layout=case_layout,
         layout_inputs=layout_inputs,
         default_layouts=default_layouts,
+        layout_pixels=layout_pixels,
         # Attention needs no pass: the export runs it per frame (or window) as MultiHeadAttention inside a Loop.
         optimize_passes=("fold", "gemm", "patch", "ort", "rotary"),
         optimize_options=lambda metadata: {"num_heads": 0, "hidden_size": 0},

@@ -1,0 +1,38 @@
+"""bench.cpu_race's default path per case: what `runtime embed` runs at each case's image size (runtime.path_choice
+with the stage reports' measured sizes), and the table's bold cells."""
+
+import numpy as np
+
+from bench import cpu_race
+from runtime import path_choice
+
+
+def test_the_default_path_follows_the_image_size(every_variant_packages, monkeypatch):
+    """The tiny Qwen3-VL build's int8 (above the floor, its gates measured up to 1024^2): the default at 448^2, not
+    at 2048^2, where the line says why. The CPU class is pinned to one whose ranking is ONNX Runtime INT8 alone."""
+    from families import family
+
+    build = every_variant_packages["qwen3-vl"].parent.parent / "build" / "qwen3-vl-tiny"
+    monkeypatch.setattr(path_choice, "cpu_class", lambda: path_choice.AVX2)
+    qwen = family("qwen3-vl")
+    feeds = {f"{side}x{side}": {"grid_thw": np.array([[1, side // 16, side // 16]]),
+                                "pixel_values": np.zeros((1, 1536), np.float32)} for side in (448, 2048)}
+    assert qwen.case_layout(feeds["448x448"])["grid_thw"] == [[1, 28, 28]]
+    defaults = cpu_race.default_paths(build, feeds)
+    assert defaults["448x448"][0] == "ORT INT8", defaults
+    assert defaults["2048x2048"][0] == "ORT fp32", defaults
+    assert "int8 measured on images up to 1,048,576 pixels, this call's largest image has 4,194,304" \
+        in defaults["2048x2048"][1]
+
+
+def test_the_table_bolds_the_default_of_each_case():
+    cell = {"median_s": 1.0, "min_token_cosine": 0.999, "tflops": 0.5}
+    run = {"peaks_tflops": {"clock_mhz": 2000.0, "fp32": 0.26, "amx_bf16": None, "amx_int8": None},
+           "cases": {"448x448": {"OV INT8": cell, "OV bf16": cell}, "2048x2048": {"OV INT8": cell, "OV bf16": cell}},
+           "peak_rss_mib": {"OV INT8": 1, "OV bf16": 2}}
+    result = {"model": "m", "command": "c", "machine": {"cpu": "x", "cores": 2, "memory_gib": 24}, "cpu_flags": [], "started": "s", "finished": "f",
+              "defaults": {"448x448": ("OV INT8", "path: a"), "2048x2048": ("OV bf16", "path: b")},
+              "runs": {"2": run}}
+    rows = {line.split(" | ")[0]: line for line in cpu_race.markdown(result).splitlines() if line.startswith("| OV")}
+    assert rows["| OV INT8"].count("**") == 2 and rows["| OV INT8"].index("**") < rows["| OV INT8"].index(" | 1.000 s")
+    assert rows["| OV bf16"].count("**") == 2 and rows["| OV bf16"].rindex("**") > rows["| OV bf16"].index(" | 1.000 s")
