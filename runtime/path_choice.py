@@ -239,6 +239,6 @@ def describe_per_cpu(manifest: dict) -> str:
         bound = largest_image_pixels(manifest, choice.variant)
         if bound is not None:
             above = per_cpu(manifest, bound + 1)[kind]
-            text += f" on images up to {bound:,} pixels, {above.path.describe()} on larger ones"
+            text += f" on images up to {bound:,} pixels ({above.path.describe()} on larger ones)"
         parts.append(text)
     return "; ".join(parts)

@@ -194,8 +194,8 @@ def test_the_model_card_says_up_to_which_size_a_variant_runs():
     one_k = 1024 * 1024
     package = measured(manifest(int8=0.99830), int8=one_k)
     text = pc.describe_per_cpu(package)
-    assert "vnni: onnxruntime, variant int8 on images up to 1,048,576 pixels, onnxruntime, variant fp32 on larger " \
-           "ones" in text
+    assert "vnni: onnxruntime, variant int8 on images up to 1,048,576 pixels (onnxruntime, variant fp32 on larger " \
+           "ones)" in text
     assert "amx: openvino bf16, variant fp32;" in text
 
 
