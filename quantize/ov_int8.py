@@ -149,28 +149,37 @@ def read_fp32(model_file: Path, work: Path):
     return ov.Core().read_model(str(ir_file))
 
 
-def _constant_path(output) -> bool:
-    """Whether `output` is computed from constants only (a weight, possibly dequantized)."""
-    node = output.get_node()
-    if node.get_type_name() == "Constant":
-        return True
-    return node.get_input_size() > 0 and all(_constant_path(node.input_value(i)) for i in range(node.get_input_size()))
+def _constant_nodes(model) -> set[str]:
+    """Names (`get_name`, unique) of the nodes of the main graph computed from constants only (a weight, possibly
+    dequantized): one pass in topological order (a recursion back from each MatMul went as deep as the graph, past
+    Python's limit on Phi-4-multimodal)."""
+    found: set[str] = set()
+    for node in model.get_ordered_ops():
+        inputs = [node.input_value(i).get_node().get_name() for i in range(node.get_input_size())]
+        if node.get_type_name() == "Constant" or (inputs and all(name in found for name in inputs)):
+            found.add(node.get_name())
+    return found
+
+
+def _weighted(node, constants: set[str]) -> bool:
+    """Whether `node` is a MatMul whose weight (input 1) is computed from constants only."""
+    return node.get_type_name() == "MatMul" and node.input_value(1).get_node().get_name() in constants
 
 
 def matmuls(model) -> tuple[list[str], list[str]]:
     """(names of the MatMuls with a constant weight, of the MatMuls of two activations) in the main graph."""
-    weighted, activations = [], []
+    constants, weighted, activations = _constant_nodes(model), [], []
     for node in model.get_ordered_ops():
         if node.get_type_name() == "MatMul":
-            (weighted if _constant_path(node.input_value(1)) else activations).append(node.get_friendly_name())
+            (weighted if _weighted(node, constants) else activations).append(node.get_friendly_name())
     return weighted, activations
 
 
 def pixel_matmuls(model) -> list[str]:
     """Names of the MatMuls with a constant weight that read a model input (Parameter): the patch embedding."""
+    constants = _constant_nodes(model)
     return [node.get_friendly_name() for node in model.get_ordered_ops()
-            if node.get_type_name() == "MatMul" and _constant_path(node.input_value(1))
-            and node.input_value(0).get_node().get_type_name() == "Parameter"]
+            if _weighted(node, constants) and node.input_value(0).get_node().get_type_name() == "Parameter"]
 
 
 #: How many weighted MatMuls back from each model output stay float (`head_matmuls`): the output MLP.
@@ -184,6 +193,7 @@ def head_matmuls(model, depth: int = HEAD_DEPTH) -> list[str]:
     Qwen3-VL-2B, held-out photos, min per-token cosine 0.99771 with the final merger INT8, 0.99816 with its two
     MatMuls float (the tower's other MatMuls INT8 both times; 2026-11-27, AMD EPYC Zen 4, OpenVINO bf16)."""
     found: list[str] = []
+    constants = _constant_nodes(model)
     for result in model.get_results():
         frontier, seen = [(result.input_value(0).get_node(), 0)], set()
         while frontier:
@@ -191,7 +201,7 @@ def head_matmuls(model, depth: int = HEAD_DEPTH) -> list[str]:
             if node.get_friendly_name() in seen or node.get_type_name() in ("Parameter", "Constant"):
                 continue
             seen.add(node.get_friendly_name())
-            if node.get_type_name() == "MatMul" and _constant_path(node.input_value(1)):
+            if _weighted(node, constants):
                 if node.get_friendly_name() not in found:
                     found.append(node.get_friendly_name())
                 if level + 1 >= depth:

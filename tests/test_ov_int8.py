@@ -217,3 +217,27 @@ def test_packaged_verified_and_run_by_embed(dist, tmp_path, capsys):
                              "--variant", "ov-int8"])
     assert code == 2 and "is an OpenVINO IR" in single_error(capsys.readouterr().err)
     assert not (tmp_path / "ort.npz").exists()
+
+
+def test_weighted_matmuls_found_past_a_graph_deeper_than_the_recursion_limit():
+    """Phi-4-multimodal at published dims: the search back from each MatMul's weight once recursed as deep as the
+    graph and stopped the stage (RecursionError). A chain of 3,000 Adds before two MatMuls: one weighted (its weight
+    a dequantized constant), one of two activations."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 8], np.float32, name="x")
+    chain = x
+    for _ in range(3000):
+        chain = ops.add(chain, ops.constant(np.ones((1, 8), np.float32)))
+    weight = ops.multiply(ops.convert(ops.constant(np.ones((8, 8), np.int8)), np.float32),
+                          ops.constant(np.float32(0.5)))
+    weighted = ops.matmul(chain, weight, False, False)
+    weighted.set_friendly_name("weighted")
+    both = ops.matmul(weighted, chain, False, True)
+    both.set_friendly_name("activations")
+    model = ov.Model([both.output(0)], [x])
+    assert ov_int8.matmuls(model) == (["weighted"], ["activations"])
+    assert ov_int8.pixel_matmuls(model) == []
+    # back from the output past the MatMul of two activations (not a head), the weighted one; then the chain
+    assert ov_int8.head_matmuls(model) == ["weighted"]
