@@ -159,6 +159,13 @@ def _too_large(manifest: dict, variant: str, pixels: int | None, pixels_what: st
     return None
 
 
+def _under_floor(value: float) -> str:
+    """`value` (< FLOOR) with five decimals, more where rounding would hide the miss (0.9979955: 0.997996, not
+    0.99800)."""
+    digits = next((d for d in range(5, 10) if float(f"{value:.{d}f}") < FLOOR), 10)
+    return f"{value:.{digits}f}"
+
+
 def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool, pixels: int | None,
              pixels_what: str) -> str | None:
     """Why `path` cannot run here (None: it can)."""
@@ -171,7 +178,7 @@ def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool, p
         return f"no {path.variant} variant in the package"
     accuracy = variant_accuracy(manifest, path.variant)
     if accuracy is None or accuracy < FLOOR:
-        shown = "on photos not recorded (package it again)" if accuracy is None else f"{accuracy:.5f}"
+        shown = "on photos not recorded (package it again)" if accuracy is None else _under_floor(accuracy)
         return f"{path.variant} min per-token cosine {shown} < {FLOOR}"
     if _saturates(manifest, path.variant):
         return f"{path.variant} is full-range INT8 and this CPU's int8 kernels saturate"

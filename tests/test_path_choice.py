@@ -71,6 +71,12 @@ def test_the_lower_of_layouts_and_photos_counts():
     assert "int8 min per-token cosine on photos not recorded (package it again) < 0.998" in choice.line()
 
 
+def test_a_miss_hidden_by_rounding_is_shown_with_more_digits():
+    """Qwen2-VL-2B's ov-int8 on held-out photos: 0.9979955, which five decimals would show as 0.99800."""
+    choice = pc.choose(manifest(int8=(0.99835, 0.9979955)), cpu_kind=AVX2, have_openvino=False, have_bf16=False)
+    assert "int8 min per-token cosine 0.997996 < 0.998" in choice.line()
+
+
 def test_amx_without_the_int8_variant_keeps_bf16_then_f32():
     assert pc.choose(manifest(), cpu_kind=AMX, have_openvino=True, have_bf16=True).path == \
         Path("openvino", "fp32", "bf16")
