@@ -258,7 +258,8 @@ def quantized_matmuls(model) -> list[str]:
 
 
 def _int8_weight(output) -> bool:
-    """Whether a MatMul's weight input is computed from an int8 constant (NNCF's compressed weight)."""
+    """Whether a MatMul's weight input (computed from constants alone: `_weighted`) is computed from an int8
+    constant (NNCF's compressed weight)."""
     node = output.get_node()
     if node.get_type_name() == "Constant":
         return node.get_element_type().get_type_name() in ("i8", "u8")
@@ -288,16 +289,6 @@ class Quantizer:
                 self.options, [*self.always_float, *float_names], len(self.feeds), IGNORED_TYPES))
 
 
-def _from_constants(output) -> bool:
-    """Whether an OpenVINO output is computed from constants alone (a weight, maybe converted or reshaped)."""
-    node = output.get_node()
-    if node.get_type_name() == "Constant":
-        return True
-    if node.get_type_name() == "Parameter" or node.get_input_size() == 0:
-        return False
-    return all(_from_constants(node.input_value(i)) for i in range(node.get_input_size()))
-
-
 def if_bodies_quantizable(model) -> bool:
     """Whether an If body of `model` (nested ones too) holds a MatMul with a constant weight not of IGNORED_TYPES:
     something NNCF would quantize there."""
@@ -305,9 +296,8 @@ def if_bodies_quantizable(model) -> bool:
         if op.get_type_name() != "If":
             continue
         for body in (op.get_function(0), op.get_function(1)):
-            if if_bodies_quantizable(body) or any(
-                    n.get_type_name() == "MatMul" and _from_constants(n.input_value(1))
-                    for n in body.get_ordered_ops()):
+            constants = _constant_nodes(body)
+            if if_bodies_quantizable(body) or any(_weighted(n, constants) for n in body.get_ordered_ops()):
                 return True
     return False
 
@@ -395,7 +385,10 @@ def sensitivity(fp32, quantized, feed: dict[str, np.ndarray], threads: int, grou
     FakeQuantize and int8 weight as `quantized` holds them, emulated in numpy, against the fp32 MatMul."""
     ov = openvino_session._openvino()
     q_nodes = {n.get_friendly_name(): n for n in quantized.get_ordered_ops()}
-    names = quantized_matmuls(quantized)
+    # weighted ones only: a MatMul of two activations (Phi-4's unfused attention) may read a tensor NNCF quantized
+    # for a weighted MatMul beside it, but has no weight to emulate, and stays float by the stage's ignored scope
+    weighted = set(matmuls(fp32)[0])
+    names = [name for name in quantized_matmuls(quantized) if name in weighted]
     records = []
     for start in range(0, len(names), group):
         model = fp32.clone()
@@ -588,9 +581,9 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
             for suffix in (".xml", ".bin"):
                 final.path.with_suffix(suffix).rename(model_file.with_suffix(suffix))
             model = openvino_session._openvino().Core().read_model(str(model_file))
-            quantized = quantized_matmuls(model)
+            quantized, constants = quantized_matmuls(model), _constant_nodes(model)
             # int8 weights under float activations (none seen so far: listed should NNCF leave one so)
-            weight_only = [n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == "MatMul"
+            weight_only = [n.get_friendly_name() for n in model.get_ordered_ops() if _weighted(n, constants)
                            and n.get_friendly_name() not in quantized and _int8_weight(n.input_value(1))]
             reason = {**{n: WHY_HEAD for n in heads}, **{n: WHY_EXCLUDE for n in user_skip},
                       **{n: WHY_PIXELS for n in pixels},

@@ -241,3 +241,32 @@ def test_weighted_matmuls_found_past_a_graph_deeper_than_the_recursion_limit():
     assert ov_int8.pixel_matmuls(model) == []
     # back from the output past the MatMul of two activations (not a head), the weighted one; then the chain
     assert ov_int8.head_matmuls(model) == ["weighted"]
+
+
+def test_sensitivity_ranks_weighted_matmuls_only():
+    """Phi-4-multimodal's unfused attention: a MatMul of two activations reading a tensor NNCF quantized for the
+    weighted MatMul beside it. The stress search's ranking emulates weighted MatMuls only (it once tried to read a
+    weight off the activation MatMul and stopped the stage)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((8, 8)).astype(np.float32)
+
+    def model(quantized: bool):
+        x = ops.parameter([4, 8], np.float32, name="x")
+        source = ops.fake_quantize(x, *(ops.constant(np.float32(v)) for v in (-4, 4, -4, 4)), 256) \
+            if quantized else x
+        w = ops.multiply(ops.convert(ops.constant(np.round(weight * 16).astype(np.int8)), np.float32),
+                         ops.constant(np.float32(1 / 16))) if quantized else ops.constant(weight)
+        weighted = ops.matmul(source, w, False, False)
+        weighted.set_friendly_name("weighted")
+        scores = ops.matmul(source, x, False, True)
+        scores.set_friendly_name("scores")
+        return ov.Model([weighted.output(0), scores.output(0)], [x])
+
+    fp32, quantized = model(False), model(True)
+    assert sorted(ov_int8.quantized_matmuls(quantized)) == ["scores", "weighted"]
+    records = ov_int8.sensitivity(fp32, quantized, {"x": rng.standard_normal((4, 8)).astype(np.float32)}, 1)
+    assert [r["node"] for r in records] == ["weighted"]
+    assert 0.99 < records[0]["min_token_cosine"] < 1.0
