@@ -114,7 +114,8 @@ def default_path(build: Path, pixels: int | None = None) -> tuple[str, str]:
                         "largest_image_pixels": path_choice.measured_pixels(fam, metadata, validation)}
             variants.append({"name": name, "file": data.get("file", f"onnx/vision_encoder_{name}.onnx"),
                              "quantization": data.get("config", {}), "accuracy_vs_fp32": accuracy})
-    choice = path_choice.choose({"variants": variants}, pixels=pixels)
+    choice = path_choice.choose({"variants": variants},
+                                largest=None if pixels is None else path_choice.Largest(pixels))
     engine = {"onnxruntime": "ORT", "openvino": "OV"}[choice.path.engine]
     kind = {"fp32": choice.path.precision or "fp32", "int8": "INT8", "ov-int8": "INT8"}.get(choice.variant,
                                                                                          choice.variant)

@@ -183,8 +183,8 @@ def run(args) -> int:
         budget = images.pixel_budget(processor_pixels, args.max_image_pixels)
         # one variant embeds the whole collection: chosen for the largest image the model may see in it
         choice = path_choice.choose(manifest, args.engine, variant, args.precision,
-                                    pixels=min(budget, processor_pixels),
-                                    pixels_what="images within --max-image-pixels may have")
+                                    largest=path_choice.Largest(min(budget, processor_pixels),
+                                                                "images within --max-image-pixels may have"))
         say(choice.line(), TAG)
         # an unpacked tarball's files are new each run: nothing to spare
         cached = None if unpack.is_tarball(Path(args.package)) else earlier.get("checksum_files")

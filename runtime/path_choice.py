@@ -16,7 +16,7 @@ The rule, in order:
    frame of its validation layouts and photos, 1024^2 for the Qwen exports): its error grows with the image
    (Qwen3-VL-2B's ov-int8 meets FLOOR on photos up to 1024^2 and gives 0.99780 at 2048^2,
    bench/results/cpu-race-avx512-bf16-2048.md), while bf16 on the fp32 file stays far above it (0.99907 there).
-   `pixels` is the largest image of the call as the model sees it (`runtime embed`: the largest photo or frame
+   `Largest` is the largest image of the call as the model sees it (`runtime embed`: the largest photo or frame
    given, or the processor's max_pixels when that is smaller, since the processor downsizes to it;
    `embed-collection`: the same bound over what `--max-image-pixels` lets through, since one variant embeds the
    whole collection: cap it at the variant's size to keep the variant).
@@ -147,15 +147,22 @@ def largest_image_pixels(manifest: dict, variant: str) -> int | None:
     return measured if isinstance(measured, int) and variant != "fp32" else None
 
 
-def _too_large(manifest: dict, variant: str, pixels: int | None, pixels_what: str) -> str | None:
-    """Why a quantized `variant` may not run on an image of `pixels` (None: it may, or no size was given)."""
-    if pixels is None or variant == "fp32":
+@dataclass(frozen=True)
+class Largest:
+    """The largest image of a call as the model will see it: `pixels`, and `what` names it in the line."""
+    pixels: int
+    what: str = "this call's largest image has"
+
+
+def _too_large(manifest: dict, variant: str, largest: Largest | None) -> str | None:
+    """Why a quantized `variant` may not run on the call's `largest` image (None: it may, or no size was given)."""
+    if largest is None or variant == "fp32":
         return None
     measured = largest_image_pixels(manifest, variant)
     if measured is None:
         return f"{variant}: the image sizes its gates measured are not recorded (package it again)"
-    if pixels > measured:
-        return f"{variant} measured on images up to {measured:,} pixels, {pixels_what} {pixels:,}"
+    if largest.pixels > measured:
+        return f"{variant} measured on images up to {measured:,} pixels, {largest.what} {largest.pixels:,}"
     return None
 
 
@@ -166,8 +173,8 @@ def _under_floor(value: float) -> str:
     return f"{value:.{digits}f}"
 
 
-def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool, pixels: int | None,
-             pixels_what: str) -> str | None:
+def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool,
+             largest: Largest | None) -> str | None:
     """Why `path` cannot run here (None: it can)."""
     if path.engine == "openvino" and not have_openvino:
         return "openvino not installed"
@@ -182,16 +189,14 @@ def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool, p
         return f"{path.variant} min per-token cosine {shown} < {FLOOR}"
     if _saturates(manifest, path.variant):
         return f"{path.variant} is full-range INT8 and this CPU's int8 kernels saturate"
-    return _too_large(manifest, path.variant, pixels, pixels_what)
+    return _too_large(manifest, path.variant, largest)
 
 
 def choose(manifest: dict, engine: str = "auto", variant: str | None = None, precision: str | None = None,
            cpu_kind: str | None = None, have_openvino: bool | None = None,
-           have_bf16: bool | None = None, pixels: int | None = None,
-           pixels_what: str = "this call's largest image has") -> Choice:
+           have_bf16: bool | None = None, largest: Largest | None = None) -> Choice:
     """The path for a package (see the module docstring). `cpu_kind`, `have_openvino`, `have_bf16`: this machine's
-    unless given (tests give them). `pixels`: the largest image of the call as the model will see it (None: no
-    bound by size); `pixels_what` names it in the line."""
+    unless given (tests give them). `largest`: the call's largest image (None: no bound by size)."""
     if engine != "auto":
         chosen = Path(engine, variant or "fp32", precision)
         Engine(chosen.engine, chosen.precision)  # UsageError for a precision the engine does not take
@@ -207,7 +212,7 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
     for path in RANKING.get(kind, ()):
         if variant is not None and path.variant != variant:
             continue
-        reason = _refusal(manifest, path, have_openvino, have_bf16, pixels, pixels_what)
+        reason = _refusal(manifest, path, have_openvino, have_bf16, largest)
         if reason is None:
             return Choice(path, f"auto: fastest on a {kind} CPU meeting {FLOOR}"
                           + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
@@ -229,12 +234,12 @@ def add_arguments(parser) -> None:
                              "picks (fp32 with an explicit --engine)")
 
 
-def per_cpu(manifest: dict, pixels: int | None = None) -> dict[str, Choice]:
-    """{CPU class: the path `--engine auto` takes for this package there on images of `pixels` (None: any size the
-    chosen variant measured)}, with OpenVINO installed (as `.[runtime]` installs it) and bf16 where the class has
-    it: what a model card states, the same on any machine."""
+def per_cpu(manifest: dict, largest: Largest | None = None) -> dict[str, Choice]:
+    """{CPU class: the path `--engine auto` takes for this package there for a call whose largest image is
+    `largest` (None: any size the chosen variant measured)}, with OpenVINO installed (as `.[runtime]` installs it)
+    and bf16 where the class has it: what a model card states, the same on any machine."""
     return {kind: choose(manifest, cpu_kind=kind, have_openvino=True, have_bf16=kind in (AMX, AVX512_BF16),
-                         pixels=pixels) for kind in RANKING}
+                         largest=largest) for kind in RANKING}
 
 
 def describe_per_cpu(manifest: dict) -> str:
@@ -245,7 +250,7 @@ def describe_per_cpu(manifest: dict) -> str:
         text = f"{kind}: {choice.path.describe()}"
         bound = largest_image_pixels(manifest, choice.variant)
         if bound is not None:
-            above = per_cpu(manifest, bound + 1)[kind]
+            above = per_cpu(manifest, Largest(bound + 1))[kind]
             text += f" on images up to {bound:,} pixels ({above.path.describe()} on larger ones)"
         parts.append(text)
     return "; ".join(parts)

@@ -156,26 +156,26 @@ def test_a_quantized_variant_runs_only_on_images_its_gates_measured():
     package = measured(manifest(int8=0.99830, ov_int8=(0.99810, 0.99816)), int8=one_k, ov_int8=one_k)
     package["variants"][2]["file"] = "openvino/vision_encoder_int8.xml"
     ask = {"cpu_kind": AVX512_BF16, "have_openvino": True, "have_bf16": True}
-    assert pc.choose(package, pixels=one_k, **ask).path == Path("openvino", "ov-int8", "bf16")
+    assert pc.choose(package, largest=pc.Largest(one_k), **ask).path == Path("openvino", "ov-int8", "bf16")
     assert pc.choose(package, **ask).path == Path("openvino", "ov-int8", "bf16")  # no size given: no bound
-    large = pc.choose(package, pixels=4 * one_k, **ask)
+    large = pc.choose(package, largest=pc.Largest(4 * one_k), **ask)
     assert large.path == Path("openvino", "fp32", "bf16")  # bf16 on the fp32 file has no size bound
     assert "ov-int8 measured on images up to 1,048,576 pixels, this call's largest image has 4,194,304" in large.line()
     assert "int8 measured on images up to 1,048,576 pixels" in large.line()
     # a collection says what bounds it
-    said = pc.choose(package, pixels=4 * one_k, pixels_what="images within --max-image-pixels may have", **ask)
+    said = pc.choose(package, largest=pc.Largest(4 * one_k, "images within --max-image-pixels may have"), **ask)
     assert "images within --max-image-pixels may have 4,194,304" in said.line()
     # without OpenVINO: the last path, fp32 on ONNX Runtime
-    assert pc.choose(package, pixels=4 * one_k, cpu_kind=AVX2, have_openvino=False).path == \
+    assert pc.choose(package, largest=pc.Largest(4 * one_k), cpu_kind=AVX2, have_openvino=False).path == \
         Path("onnxruntime", "fp32")
     # an explicit variant still runs at any size
-    assert pc.choose(package, "auto", "int8", pixels=4 * one_k, cpu_kind=AVX2, have_openvino=False).path == \
+    assert pc.choose(package, "auto", "int8", largest=pc.Largest(4 * one_k), cpu_kind=AVX2, have_openvino=False).path == \
         Path("onnxruntime", "int8")
 
 
 def test_a_size_bound_not_recorded_keeps_the_variant_out_of_sized_calls():
     """A package made before `largest_image_pixels` was recorded: no quantized variant when the call has a size."""
-    choice = pc.choose(manifest(int8=0.9990), pixels=448 * 448, cpu_kind=AVX2, have_openvino=False)
+    choice = pc.choose(manifest(int8=0.9990), largest=pc.Largest(448 * 448), cpu_kind=AVX2, have_openvino=False)
     assert choice.path == Path("onnxruntime", "fp32")
     assert "int8: the image sizes its gates measured are not recorded (package it again)" in choice.line()
 
