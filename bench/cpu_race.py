@@ -95,14 +95,11 @@ def paths(build: Path) -> dict[str, dict]:
     return {label: c for label, c in found.items() if c["engine"] == "torch" or Path(c["file"]).exists()}
 
 
-def default_path(build: Path, pixels: int | None = None) -> tuple[str, str]:
-    """The label of what `runtime embed` runs on this machine for a package of `build` on an image of `pixels`
-    (`runtime.path_choice` on a manifest made of the stage reports' accuracy and measured sizes), and its line."""
-    from families import of_model
+def _manifest(build: Path, fam, metadata: dict) -> dict:
+    """A manifest of `build` as far as `runtime.path_choice` reads one: fp32, and int8 / ov-int8 where built, with
+    their stage reports' accuracy and measured image sizes."""
     from runtime import path_choice
 
-    metadata = onnx_io.metadata(build / "optimized" / "model.onnx")
-    fam = of_model(metadata, str(build))
     variants = [{"name": "fp32", "file": "onnx/vision_encoder.onnx"}]
     for stage, name in (("int8", "int8"), ("ov-int8", "ov-int8")):
         report = build / stage / "report.json"
@@ -114,22 +111,27 @@ def default_path(build: Path, pixels: int | None = None) -> tuple[str, str]:
                         "largest_image_pixels": path_choice.measured_pixels(fam, metadata, validation)}
             variants.append({"name": name, "file": data.get("file", f"onnx/vision_encoder_{name}.onnx"),
                              "quantization": data.get("config", {}), "accuracy_vs_fp32": accuracy})
-    choice = path_choice.choose({"variants": variants},
-                                largest=None if pixels is None else path_choice.Largest(pixels))
-    engine = {"onnxruntime": "ORT", "openvino": "OV"}[choice.path.engine]
-    kind = {"fp32": choice.path.precision or "fp32", "int8": "INT8", "ov-int8": "INT8"}.get(choice.variant,
-                                                                                         choice.variant)
-    return f"{engine} {kind}", choice.line()
+    return {"variants": variants}
 
 
 def default_paths(build: Path, case_feeds: dict[str, dict]) -> dict[str, tuple[str, str]]:
-    """{case: (label, line)}: `default_path` at each case's largest image (`Family.layout_pixels`)."""
+    """{case: (label, line)}: what `runtime embed` runs on this machine for a package of `build` at each case's
+    largest image (`Family.layout_pixels`), as a race label, and its path line."""
     from families import of_model
+    from runtime import path_choice
 
     metadata = onnx_io.metadata(build / "optimized" / "model.onnx")
     fam = of_model(metadata, str(build))
-    return {case: default_path(build, fam.layout_pixels(fam.case_layout(feeds), metadata))
-            for case, feeds in case_feeds.items()}
+    manifest = _manifest(build, fam, metadata)
+    found = {}
+    for case, feeds in case_feeds.items():
+        largest = path_choice.Largest(fam.layout_pixels(fam.case_layout(feeds), metadata))
+        choice = path_choice.choose(manifest, largest=largest)
+        engine = {"onnxruntime": "ORT", "openvino": "OV"}[choice.path.engine]
+        kind = {"fp32": choice.path.precision or "fp32", "int8": "INT8", "ov-int8": "INT8"}.get(choice.variant,
+                                                                                             choice.variant)
+        found[case] = (f"{engine} {kind}", choice.line())
+    return found
 
 
 def cases(model: Path, sizes: list[int], video: int, processor: Path | None = None) -> dict[str, dict[str, np.ndarray]]:

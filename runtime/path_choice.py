@@ -124,10 +124,7 @@ def variant_accuracy(manifest: dict, variant: str) -> float | None:
     photos' (1.0 for fp32; None when the manifest does not record both)."""
     if variant == "fp32":
         return 1.0
-    record = _record(manifest, variant)
-    if not record:
-        return None
-    accuracy = record.get("accuracy_vs_fp32") or {}
+    accuracy = _record(manifest, variant).get("accuracy_vs_fp32") or {}
     values = [accuracy.get("min_token_cosine"), (accuracy.get("photos") or {}).get("min_token_cosine")]
     if not all(isinstance(v, (int, float)) for v in values):
         return None
