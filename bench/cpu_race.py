@@ -16,8 +16,9 @@ each OV path at the largest image case of at most 1024^2. The default path is wh
 `--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
 (no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
 `bench.runtime_venv`, or `--runtime-python`; OpenVINO's compile cache filled by an untimed first round, as for
-a user's second run; and ONNX Runtime INT8 named explicitly, EMBED_ALSO) against a PyTorch bf16 process that
-loads the same weights from a safetensors file and embeds the same 4 photos.
+a user's second run; and every other path this CPU's class ranks, plus ONNX Runtime INT8, named explicitly where
+the package ships its variant, `embed_also`) against a PyTorch bf16 process that loads the same weights from a
+safetensors file and embeds the same 4 photos.
 Writes bench/results/cpu-race[-SUFFIX].json and .md.
 """
 
@@ -45,14 +46,15 @@ from core.machine import describe, machine
 from core.openvino_session import CACHE_ENV
 from core.parity import min_token_cosine
 from core.progress import say
+from runtime import path_choice
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "cpu-race"
 REFERENCE = "PyTorch fp32"
 PHOTO = "astronaut"
 EMBED_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
-#: Explicit paths the process race times beside the default (`runtime embed` options).
-EMBED_ALSO = (("--engine", "onnxruntime", "--variant", "int8"),)
+#: Explicit paths the process race times beside the default, besides the other ranked ones (`embed_also`).
+EMBED_ALSO = (path_choice.Path("onnxruntime", "int8"),)
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8",
          "amx_tile")
 
@@ -250,6 +252,20 @@ def attention_profile(vision: dict, grid: list[list[int]], precision: str, threa
     return profile_of(request)[:6]
 
 
+def embed_also(manifest: dict, size: int) -> list[tuple[str, ...]]:
+    """`runtime embed` options naming each path the process race times beside the default at `size`^2: the other
+    paths this CPU's class ranks and EMBED_ALSO, where the package ships the variant; the default itself left out."""
+    default = path_choice.choose(manifest, largest=path_choice.Largest(size * size)).path
+    shipped = {r.get("name") for r in manifest.get("variants", []) if isinstance(r, dict)}
+    ranked = path_choice.RANKING.get(path_choice.cpu_class(), ())
+    options = []
+    for path in dict.fromkeys((*ranked, *EMBED_ALSO)):
+        if path != default and path.variant in shipped:
+            options.append(("--engine", path.engine, "--variant", path.variant)
+                           + (("--precision", path.precision) if path.precision else ()))
+    return options
+
+
 def embed_race(package: Path, config: str, seed: int, size: int, threads: int, reps: int, tmp: Path,
                python: Path) -> dict:
     """Process wall time of `python -m runtime embed` (the package's default path; run by `python`, a
@@ -271,9 +287,10 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
     embed = [str(python), "-m", "runtime", "embed", *photos, "--package", str(package.resolve()), "--out",
              str(tmp / "embed.npz"), "--threads", str(threads), "--force"]
     venv_env = {**runtime_venv.environment(), CACHE_ENV: str(tmp / "openvino-cache")}
+    also = embed_also(json.loads((package / "manifest.json").read_text()), size)
     commands = {  # (command, working folder, environment)
         "runtime embed (default path)": (embed, tmp, venv_env),
-        **{f"runtime embed {' '.join(options)}": ([*embed, *options], tmp, venv_env) for options in EMBED_ALSO},
+        **{f"runtime embed {' '.join(options)}": ([*embed, *options], tmp, venv_env) for options in also},
         "PyTorch bf16 process": ([sys.executable, "-m", "bench.cpu_race_torch", "embed", config, str(weights),
                                   str(package), str(threads), *photos], ROOT, None),
     }

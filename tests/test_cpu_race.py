@@ -36,3 +36,22 @@ def test_the_table_bolds_the_default_of_each_case():
     rows = {line.split(" | ")[0]: line for line in cpu_race.markdown(result).splitlines() if line.startswith("| OV")}
     assert rows["| OV INT8"].count("**") == 2 and rows["| OV INT8"].index("**") < rows["| OV INT8"].index(" | 1.000 s")
     assert rows["| OV bf16"].count("**") == 2 and rows["| OV bf16"].rindex("**") > rows["| OV bf16"].index(" | 1.000 s")
+
+
+def test_the_process_race_names_every_other_ranked_path(every_variant_packages, monkeypatch):
+    """On an AMX CPU (ranking: OpenVINO bf16 on fp32 first) the process race names ONNX Runtime INT8 and OpenVINO
+    f32 beside the default, not the default itself; on an AVX2 CPU, whose ranking is ONNX Runtime INT8 alone (the
+    default at 448^2), nothing at 448^2 and INT8 at 2048^2, where the default is fp32 (int8 measured up to 1024^2)."""
+    import json
+
+    manifest = json.loads((every_variant_packages["qwen3-vl"] / "manifest.json").read_text())
+    monkeypatch.setattr(path_choice.openvino_session, "available", lambda: True)
+    monkeypatch.setattr(path_choice.openvino_session, "bf16_supported", lambda: True)
+    monkeypatch.setattr(path_choice, "cpu_class", lambda: path_choice.AMX)
+    assert path_choice.choose(manifest, largest=path_choice.Largest(448 * 448)).path == \
+        path_choice.Path("openvino", "fp32", "bf16")
+    assert cpu_race.embed_also(manifest, 448) == [("--engine", "onnxruntime", "--variant", "int8"),
+                                                   ("--engine", "openvino", "--variant", "fp32", "--precision", "f32")]
+    monkeypatch.setattr(path_choice, "cpu_class", lambda: path_choice.AVX2)
+    assert cpu_race.embed_also(manifest, 448) == []
+    assert cpu_race.embed_also(manifest, 2048) == [("--engine", "onnxruntime", "--variant", "int8")]
