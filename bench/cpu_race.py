@@ -16,7 +16,7 @@ each OV path at the largest image case of at most 1024^2. The default path is wh
 `--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
 (no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
 `bench.runtime_venv`, or `--runtime-python`; OpenVINO's compile cache filled by an untimed first round, as for
-a user's second run; and every other path this CPU's class ranks, plus ONNX Runtime INT8, named explicitly where
+a user's second run; and every other path this CPU's class ranks, plus each INT8 variant, named explicitly where
 the package ships its variant, `embed_also`) against a PyTorch bf16 process that loads the same weights from a
 safetensors file and embeds the same 4 photos.
 Writes bench/results/cpu-race[-SUFFIX].json and .md.
@@ -53,8 +53,9 @@ TAG = "cpu-race"
 REFERENCE = "PyTorch fp32"
 PHOTO = "astronaut"
 EMBED_PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
-#: Explicit paths the process race times beside the default, besides the other ranked ones (`embed_also`).
-EMBED_ALSO = (path_choice.Path("onnxruntime", "int8"),)
+#: Explicit paths the process race times beside the default, besides the other ranked ones (`embed_also`): each
+#: INT8 variant on its engine, so that a CPU whose ranking leaves one out still shows what it would give.
+EMBED_ALSO = (path_choice.Path("onnxruntime", "int8"), path_choice.Path("openvino", "ov-int8", "bf16"))
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8",
          "amx_tile")
 
