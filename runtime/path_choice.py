@@ -52,18 +52,22 @@ class Path:
 
 
 #: Fastest first, per CPU class. Measured at Qwen3-VL-2B dims, 2 threads, 448^2 and 1024^2:
-#: - amx (Intel Xeon with AMX-BF16/INT8; issue 33's run and bench/results/cpu-race.md where run on one): OpenVINO
-#:   bf16 on the fp32 file 0.91 s / 6.73 s against ONNX Runtime INT8 0.87 s / 10.4 s (before attention ran batched
-#:   in OpenVINO, which gains it most at large sizes);
+#: - amx (Intel Xeon with AMX-BF16/INT8, bench/results/cpu-race-amx.md): OpenVINO's INT8 (the ov-int8 variant, its
+#:   FullyConnected layers on AMX-INT8) 0.81 s / 6.60 s / 0.99 s (448^2, 1024^2, 8 frames of 448^2) at 0.99803-0.99812
+#:   against PyTorch fp32, then OpenVINO bf16 on the fp32 file 0.72 / 8.48 / 1.45 s (0.9996), then ONNX Runtime INT8
+#:   0.98 / 10.7 / 1.59 s; as processes on 4 photos ov-int8 8.6 s / 36.8 s, OpenVINO bf16 11.5 / 40.1 s, ORT INT8
+#:   9.8 / 60.2 s (448^2 in-process within the run's noise: ov-int8 0.91 s against OpenVINO bf16 1.34 s in a
+#:   second interleaved run);
 #: - avx512-bf16 without AMX (AMD EPYC Zen 4, bench/results/cpu-race-avx512-bf16.md): OpenVINO's INT8 (the ov-int8
 #:   variant: integer linear layers, bf16 attention; above FLOOR on photos since its output heads stay float)
-#:   1.33 s / 10.8 s / 1.85 s (448^2, 1024^2, 8 frames of 448^2) first, then ONNX Runtime INT8 1.50 / 14.8 / 1.93 s,
+#:   1.33 s / 10.8 s / 1.85 s first, then ONNX Runtime INT8 1.50 / 14.8 / 1.93 s,
 #:   then OpenVINO bf16 on the fp32 file 1.90 / 13.2 / 2.87 s at 5x the memory; Zen 5
 #:   (docs/runtime-openvino.md): ORT INT8 2.40-2.45x ORT fp32, OpenVINO bf16 1.74-1.85x;
 #: - vnni (AMD EPYC with AVX-512 VNNI, docs/quantization.md): ONNX Runtime INT8 2.67-2.81x fp32;
 #: - avx2 (AMD EPYC Zen 3, AVX2 only: bench/results/cpu-race.md): ONNX Runtime INT8 first.
 RANKING: dict[str, tuple[Path, ...]] = {
-    AMX: (Path("openvino", "fp32", "bf16"), Path("onnxruntime", "int8"), Path("openvino", "fp32", "f32")),
+    AMX: (Path("openvino", "ov-int8", "bf16"), Path("openvino", "fp32", "bf16"), Path("onnxruntime", "int8"),
+          Path("openvino", "fp32", "f32")),
     AVX512_BF16: (Path("openvino", "ov-int8", "bf16"), Path("onnxruntime", "int8"), Path("openvino", "fp32", "bf16")),
     VNNI: (Path("onnxruntime", "int8"),),
     AVX2: (Path("onnxruntime", "int8"),),

@@ -39,7 +39,7 @@ def test_the_table_bolds_the_default_of_each_case():
 
 
 def test_the_process_race_names_every_other_ranked_path(every_variant_packages, monkeypatch):
-    """On an AMX CPU (ranking: OpenVINO bf16 on fp32 first) the process race names ONNX Runtime INT8 and OpenVINO
+    """On an AMX CPU (the tiny package ships no ov-int8: OpenVINO bf16 on fp32 first) the process race names ONNX Runtime INT8 and OpenVINO
     f32 beside the default, not the default itself; on an AVX2 CPU, whose ranking is ONNX Runtime INT8 alone (the
     default at 448^2), nothing at 448^2 and INT8 at 2048^2, where the default is fp32 (int8 measured up to 1024^2)."""
     import json

@@ -77,6 +77,18 @@ def test_a_miss_hidden_by_rounding_is_shown_with_more_digits():
     assert "int8 min per-token cosine 0.997996 < 0.998" in choice.line()
 
 
+def test_amx_takes_openvino_int8_when_shipped_then_bf16_on_the_fp32_file():
+    """The Xeon with AMX (bench/results/cpu-race-amx.md): ov-int8 first; under the floor, or above the size its
+    gates measured, OpenVINO bf16 on the fp32 file, not ONNX Runtime INT8."""
+    choice = pc.choose(WITH_OV_INT8, cpu_kind=AMX, have_openvino=True, have_bf16=True)
+    assert choice.path == Path("openvino", "ov-int8", "bf16")
+    under = manifest(int8=0.99830, ov_int8=(0.99810, 0.99770))
+    assert pc.choose(under, cpu_kind=AMX, have_openvino=True, have_bf16=True).path == Path("openvino", "fp32", "bf16")
+    large = measured(manifest(int8=0.99830, ov_int8=(0.99810, 0.99816)), ov_int8=1024 * 1024, int8=1024 * 1024)
+    choice = pc.choose(large, cpu_kind=AMX, have_openvino=True, have_bf16=True, largest=pc.Largest(2048 * 2048))
+    assert choice.path == Path("openvino", "fp32", "bf16") and "ov-int8 measured on images up to 1,048,576" in choice.why
+
+
 def test_amx_without_the_int8_variant_keeps_bf16_then_f32():
     assert pc.choose(manifest(), cpu_kind=AMX, have_openvino=True, have_bf16=True).path == \
         Path("openvino", "fp32", "bf16")
@@ -202,7 +214,11 @@ def test_the_model_card_says_up_to_which_size_a_variant_runs():
     text = pc.describe_per_cpu(package)
     assert "vnni: onnxruntime, variant int8 on images up to 1,048,576 pixels (onnxruntime, variant fp32 on larger " \
            "ones)" in text
-    assert "amx: openvino bf16, variant fp32;" in text
+    assert "amx: openvino bf16, variant fp32;" in text  # no ov-int8 in this package: bf16 on the fp32 file
+    with_ov = pc.describe_per_cpu(measured(manifest(int8=0.99830, ov_int8=(0.99810, 0.99816)), int8=one_k,
+                                           ov_int8=one_k))
+    assert "amx: openvino bf16, variant ov-int8 on images up to 1,048,576 pixels (openvino bf16, variant fp32 on " \
+           "larger ones)" in with_ov
 
 
 def test_embed_chooses_for_its_largest_photo(every_variant_packages, tmp_path, capsys, monkeypatch):
