@@ -15,7 +15,7 @@ FP16 ?=
 # the floor on held-out photos that `--engine auto` asks for (Qwen3.5 0.99789, Qwen2-VL 0.9979955: their packages
 # would carry 550-740 MiB the default never runs; docs/quantization.md), and on the AVX2-only CPU it was measured on
 # it is no faster than fp32 (bench/results/ov-int8-form.md); where a package ships it, `--engine auto` takes it on
-# AVX-512 BF16 CPUs without AMX (bench/results/cpu-race-avx512-bf16.md).
+# AVX-512 BF16 CPUs, with AMX or without (bench/results/cpu-race-amx.md, bench/results/cpu-race-avx512-bf16.md).
 OV_INT8 ?=
 # STATIC=WxH[,WxH...]: static specializations for NPUs instead of the dynamic pipeline (docs/npu.md): per size,
 # build/MODEL/static-WxH/export (builders.vision --static), .../qnn (A16W8 QDQ) and .../fp16 (HTP fp16 precision).

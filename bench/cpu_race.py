@@ -37,6 +37,7 @@ import numpy as np
 
 from bench import runtime_venv
 from bench.flops import encoder_flops
+from bench.ov_attention_kernels import attention_model
 from bench.runtime_worker import profile_of
 from bench.runtimes import Worker
 from bench.timing import load_average, write_results
@@ -230,20 +231,15 @@ def race(build: Path, case_feeds: dict, threads: int, reps: int, tmp: Path, only
 def attention_profile(vision: dict, grid: list[list[int]], precision: str, threads: int) -> list[dict]:
     """OpenVINO's kernels for the export's batched attention (the segment attention's If branch taken when every
     segment has one size: one com.microsoft MultiHeadAttention on [frames, rows, C]) at one case's frame shape,
-    as a model of its own: the whole model's profile shows the If as one layer. Seconds per (layer type, kernel)."""
+    as a model of its own (the whole model's profile sums every block's attention with the rest of its layers of
+    that type). Seconds per (layer type, kernel)."""
     import openvino
-    from onnx import TensorProto, helper
 
     heads, width = vision["num_heads"], vision["hidden_size"]
     frames, rows = sum(t for t, _, _ in grid), grid[0][1] * grid[0][2]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [frames, rows, width]) for n in "qkv"]
-    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=heads,
-                            scale=(width // heads) ** -0.5)
-    model = helper.make_model(helper.make_graph([node], "attention", inputs, [helper.make_tensor_value_info(
-        "o", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 18),
-                                                        helper.make_opsetid("com.microsoft", 1)])
+    model = attention_model(frames, rows, heads, width)
     core = openvino.Core()
-    compiled = core.compile_model(core.read_model(model.SerializeToString(), b""), "CPU",
+    compiled = core.compile_model(core.read_model(model, b""), "CPU",
                                   {"INFERENCE_PRECISION_HINT": precision, "PERF_COUNT": True,
                                    "INFERENCE_NUM_THREADS": threads})
     request = compiled.create_infer_request()
@@ -353,7 +349,7 @@ def markdown(result: dict) -> str:
                 lines.append(f"- {label}: {shown}")
             for precision, ops in run.get("attention_profile", {}).items():
                 shown = "; ".join(f"{o['type']} {o['exec']} {o['seconds']:.3f}" for o in ops)
-                lines.append(f"- the batched attention alone ({precision}; inside the If above): {shown}")
+                lines.append(f"- one block's batched attention alone ({precision}, a model of its own): {shown}")
             lines.append("")
     for e in result.get("embed") or []:
         lines += [f"## Process wall time at {e['size']}x{e['size']}: `runtime embed` against a PyTorch bf16 process", "",

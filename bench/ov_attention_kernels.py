@@ -1,0 +1,161 @@
+"""`python -m bench.ov_attention_kernels`: which kernels run one attention in OpenVINO's CPU plugin, and how fast.
+
+One attention at Qwen3-VL-2B dims (16 heads x 64) on one frame of N patches, q/k/v [1, N, 1024] (the export's
+batched attention, the If branch taken when every segment has one size), in the forms OpenVINO could run it:
+  fused MHA (what runs)   com.microsoft MultiHeadAttention through the ONNX frontend (`attention_model`): the CPU
+                          plugin fuses MatMul-Softmax-MatMul into one MHA `Subgraph` (snippets)
+  snippets off            the same model with SNIPPETS_MODE=DISABLE: two oneDNN MatMuls (their kernel names the
+                          ISA: brgemm_avx512_amx_bf16 on AMX) around a Softmax, the N x N scores in memory
+  SDPA op                 opset13 ScaledDotProductAttention built directly: whether the CPU plugin keeps it as its
+                          own node (its transformation pipeline decomposes it in models without state variables:
+                          "optimized only for LLM models") and what it then runs
+  SDPA op, stateful       the same with an unused state variable (ReadValue/Assign) added, the plugin's condition
+  PyTorch sdpa            torch.nn.functional.scaled_dot_product_attention on [1, 16, N, 64] (the reference)
+at f32 and bf16, interleaved medians of --reps runs after a warm run; OpenVINO's per-op profile (PERF_COUNT) of a
+second compile. FLOP: 4 N^2 x 1024 (QK^T and PV). Writes bench/results/ov-attention-kernels[-SUFFIX].json/.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.runtime_worker import profile_of
+from bench.timing import interleaved, write_results
+from core import cpu
+from core.machine import describe, machine
+
+ROOT = Path(__file__).resolve().parents[1]
+TAG = "ov-attention"
+HEADS, WIDTH = 16, 1024  # Qwen3-VL-2B's vision tower
+
+
+def attention_model(frames: int, rows: int, heads: int = HEADS, width: int = WIDTH) -> bytes:
+    """An ONNX model of one com.microsoft MultiHeadAttention on q, k, v [frames, rows, width] -> o, as the export's
+    batched attention runs it (scale head_dim^-0.5)."""
+    from onnx import TensorProto, helper
+
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [frames, rows, width]) for n in "qkv"]
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=heads,
+                            scale=(width // heads) ** -0.5)
+    graph = helper.make_graph([node], "attention", inputs, [helper.make_tensor_value_info("o", TensorProto.FLOAT,
+                                                                                           None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft",
+                                                                                                     1)])
+    return model.SerializeToString()
+
+
+def sdpa_model(rows: int, heads: int = HEADS, width: int = WIDTH, stateful: bool = False):
+    """An OpenVINO model of one opset13 ScaledDotProductAttention on q, k, v [1, rows, width] (heads split and
+    merged by Reshape/Transpose around it); `stateful`: with a one-value state variable added to its output x 0."""
+    import openvino
+    from openvino import opset13 as ops
+
+    params = [ops.parameter([1, rows, width], np.float32, name=n) for n in "qkv"]
+    split = [ops.transpose(ops.reshape(p, [1, rows, heads, width // heads], False), [0, 2, 1, 3]) for p in params]
+    out = ops.reshape(ops.transpose(ops.scaled_dot_product_attention(*split, causal=False), [0, 2, 1, 3]),
+                      [1, rows, width], False)
+    if not stateful:
+        return openvino.Model([out], params, "sdpa")
+    from openvino.op.util import Variable, VariableInfo
+
+    info = VariableInfo()
+    info.data_shape, info.data_type, info.variable_id = openvino.PartialShape([1]), openvino.Type.f32, "state"
+    variable = Variable(info)
+    state = ops.read_value(ops.constant(np.zeros(1, np.float32)), variable)
+    out = ops.add(out, ops.multiply(state, ops.constant(np.float32(0))))
+    return openvino.Model([out.output(0)], [ops.assign(state, variable)], params, [variable], "sdpa-stateful")
+
+
+def _compiled(model, precision: str, threads: int, extra: dict, profile: bool = False):
+    import openvino
+
+    core = openvino.Core()
+    if isinstance(model, bytes):
+        model = core.read_model(model, b"")
+    return core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads,
+                                             "PERF_COUNT": profile, **extra})
+
+
+def forms(rows: int) -> dict:
+    """{label: (model, extra CPU properties)} of the OpenVINO forms at `rows`."""
+    return {"fused MHA (what runs)": (attention_model(1, rows), {}),
+            "snippets off": (attention_model(1, rows), {"SNIPPETS_MODE": "DISABLE"}),
+            "SDPA op": (sdpa_model(rows), {}), "SDPA op, stateful": (sdpa_model(rows, stateful=True), {})}
+
+
+def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
+    """Every form at `rows` and `precision`: {label: {median_s, times_s, tflops, profile, sdpa_kept}}."""
+    import torch
+
+    feeds = {n: np.random.default_rng(i).standard_normal((1, rows, WIDTH), dtype=np.float32)
+             for i, n in enumerate("qkv")}
+    runners, profiles, kept = {}, {}, {}
+    for label, (model, extra) in forms(rows).items():
+        request = _compiled(model, precision, threads, extra).create_infer_request()
+        runners[f"OpenVINO {label}"] = lambda r=request: r.infer(feeds)
+        profiled = _compiled(model, precision, threads, extra, profile=True)
+        kept[f"OpenVINO {label}"] = any(str(op.get_rt_info()["layerType"]) == "ScaledDotProductAttention"
+                                        for op in profiled.get_runtime_model().get_ops())
+        request = profiled.create_infer_request()
+        for _ in range(2):  # the second run's profile
+            request.infer(feeds)
+        profiles[f"OpenVINO {label}"] = profile_of(request)[:4]
+    torch.set_num_threads(threads)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    q, k, v = (torch.from_numpy(a).view(1, rows, HEADS, WIDTH // HEADS).transpose(1, 2).to(dtype)
+               for a in feeds.values())
+    runners["PyTorch sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    flop = 4 * rows * rows * WIDTH
+    return {label: {**r, "tflops": flop / r["median_s"] / 1e12, "profile": profiles.get(label, []),
+                    "sdpa_kept": kept.get(label)}
+            for label, r in interleaved(runners, reps).items()}
+
+
+def markdown(result: dict) -> str:
+    lines = ["# One attention in OpenVINO's CPU plugin: kernels and speed", "",
+             (f"`{result['command']}` on {describe(result['machine'])}; CPU flags: {', '.join(result['cpu_flags'])}; "
+              f"{result['started']} - {result['finished']}. One attention, 16 heads x 64, q/k/v [1, N, 1024]; "
+              "medians of interleaved runs; TFLOP/s of QK^T and PV (4 N^2 x 1024 FLOP)."), ""]
+    for case, by_label in result["cases"].items():
+        lines += [f"## {case}", "", "| form | median s | TFLOP/s | SDPA node kept | OpenVINO kernels (profile, s) |",
+                  "|---|---:|---:|---|---|"]
+        for label, r in by_label.items():
+            ops = "; ".join(f"{o['type']} {o['exec']} {o['seconds']:.4f}" for o in r["profile"])
+            kept = "" if r["sdpa_kept"] is None else ("yes" if r["sdpa_kept"] else "no")
+            lines.append(f"| {label} | {r['median_s']:.4f} | {r['tflops']:.2f} | {kept} | {ops} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ov_attention_kernels", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="784,4096", help="patches per frame, comma-separated (448^2: 784, "
+                                                           "1024^2: 4096)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--suffix", default="")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args(argv)
+    from core import openvino_session
+
+    precisions = ("f32", "bf16") if openvino_session.bf16_supported() else ("f32",)
+    result = {"command": "python -m bench.ov_attention_kernels " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "machine": machine(), "cpu_flags": [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_int8")
+                                                  if cpu.has(f)],
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cases": {}}
+    for rows in (int(r) for r in args.rows.split(",")):
+        for precision in precisions:
+            result["cases"][f"N = {rows}, {precision}"] = measure(rows, precision, args.threads, args.reps)
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    write_results(args.out, "ov-attention-kernels" + (f"-{args.suffix}" if args.suffix else ""), result,
+                  markdown(result), TAG)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
