@@ -56,8 +56,9 @@ class Path:
 #:   FullyConnected layers on AMX-INT8) 0.81 s / 6.60 s / 0.99 s (448^2, 1024^2, 8 frames of 448^2) at 0.99803-0.99812
 #:   against PyTorch fp32, then OpenVINO bf16 on the fp32 file 0.72 / 8.48 / 1.45 s (0.9996), then ONNX Runtime INT8
 #:   0.98 / 10.7 / 1.59 s; as processes on 4 photos ov-int8 8.6 s / 36.8 s, OpenVINO bf16 11.5 / 40.1 s, ORT INT8
-#:   9.8 / 60.2 s (448^2 in-process within the run's noise: ov-int8 0.91 s against OpenVINO bf16 1.34 s in a
-#:   second interleaved run);
+#:   9.8 / 60.2 s; at 448^2 in-process the two OpenVINO paths swapped between runs (ov-int8 0.84 s against
+#:   OpenVINO bf16 1.29 s in bench/results/cpu-race-amx-default.md, 3 rounds, where ov-int8 is 1.57x / 1.56x
+#:   PyTorch bf16 as processes);
 #: - avx512-bf16 without AMX (AMD EPYC Zen 4, bench/results/cpu-race-avx512-bf16.md): OpenVINO's INT8 (the ov-int8
 #:   variant: integer linear layers, bf16 attention; above FLOOR on photos since its output heads stay float)
 #:   1.33 s / 10.8 s / 1.85 s first, then ONNX Runtime INT8 1.50 / 14.8 / 1.93 s,
