@@ -122,6 +122,21 @@ def compile_cache_folder() -> Path | None:
     return folder if os.access(folder, os.W_OK) else None
 
 
+def cache_dir(cache: Path, config: dict) -> Path:
+    """The CACHE_DIR for a compile with `config` under the cache folder `cache`: a subfolder per inference precision
+    and per other property given (threads and the cache itself aside), e.g. CACHE/bf16.
+
+    Why: OpenVINO 2026.4.1's CPU plugin keys a cached blob by the model alone, not by INFERENCE_PRECISION_HINT (one
+    blob for f32 and bf16 compiles of the same model, checked on the tiny Qwen3-VL export); a bf16 session then
+    read the f32 blob back and crashed on an Intel Xeon with AMX (`runtime embed --precision bf16` after
+    `--precision f32`: tests/test_embed.py::test_openvino_engine_equals_onnxruntime)."""
+    shown = {k: v for k, v in config.items() if k not in ("CACHE_DIR", "INFERENCE_NUM_THREADS",
+                                                              "INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT")}
+    name = "-".join([str(config.get("INFERENCE_PRECISION_HINT", "f32")),
+                     *(f"{k}={v}" for k, v in sorted(shown.items()))])
+    return cache / "".join(c if c.isalnum() or c in "-_=." else "_" for c in name)
+
+
 def compile_cpu(core, model, config: dict):
     """`core.compile_model(model, "CPU", config)` for an `openvino.Model` of this tool's graphs, with every If's
     outputs made model outputs too (callers read outputs by name; the extra ones are ignored).
@@ -169,9 +184,9 @@ class OpenVINOSession:
         config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
-        if cache is not None:
-            config["CACHE_DIR"] = str(cache)
         config.update(extra)
+        if cache is not None:
+            config["CACHE_DIR"] = str(cache_dir(cache, config))
         self.path, self.precision = Path(path), precision
         core = ov.Core()
         try:

@@ -118,3 +118,14 @@ def test_the_session_runs_both_patterns_right(tmp_path):
     assert [p.name for p in session.get_inputs()] == ["x", "n"]
     for n, expected in (([2], (x * 2 + 1) * 2 + 1), ([-2], x), ([1], (x * 2 + 1) * 2 + 1)):
         np.testing.assert_allclose(session.run(None, {"x": x, "n": np.array(n)})[0], expected)
+
+
+def test_the_compile_cache_has_a_folder_per_precision_and_setting(tmp_path):
+    """core.openvino_session.cache_dir: OpenVINO keys a cached blob by the model alone (not the precision)."""
+    from core.openvino_session import cache_dir
+
+    assert cache_dir(tmp_path, {"INFERENCE_PRECISION_HINT": "bf16", "INFERENCE_NUM_THREADS": 2,
+                                "PERFORMANCE_HINT": "LATENCY"}) == tmp_path / "bf16"
+    assert cache_dir(tmp_path, {"INFERENCE_PRECISION_HINT": "f32"}) == tmp_path / "f32"
+    assert cache_dir(tmp_path, {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 32}) == \
+        tmp_path / "f32-DYNAMIC_QUANTIZATION_GROUP_SIZE=32"
