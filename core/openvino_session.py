@@ -103,16 +103,30 @@ def _port(port) -> Port:
 CACHE_ENV = "VISION_ONNX_CACHE"
 
 
+def cache_unsafe() -> bool:
+    """Whether OpenVINO's compiled-model cache is off on this CPU: on CPUs with AMX.
+
+    Why: on an Intel Xeon with AMX (2026-11-28, OpenVINO 2026.4.1) a bf16 model read back from the cache gave NaN
+    outputs in 3 of 6 `runtime embed` processes on the tiny Qwen3-VL package (compiled, never: 6 of 6 right), and
+    crashed when the blob was the f32 compile's (`cache_dir`). Compiling each time costs seconds per process."""
+    from core import cpu
+
+    return cpu.has("amx_bf16")
+
+
 def compile_cache_folder() -> Path | None:
     """The folder where the runtime's OpenVINO sessions keep compiled models (OpenVINO's CACHE_DIR):
     $VISION_ONNX_CACHE, else `core.staging.user_cache("openvino")` (~/.cache/vlm-vision-onnx/openvino); None when
-    turned off or not writable (the session then compiles as without it).
+    turned off, not writable, or on a CPU where reading it back is not safe (`cache_unsafe`: the session then
+    compiles as without it).
 
     Why: compiling Qwen3-VL-2B's ov-int8 IR takes 6.1 s of a `runtime embed` process on 2 cores (AMD EPYC Zen 4),
     reading it back from the cache 0.7 s; the cache holds one blob per model and settings, about the size of the
     IR's weights (694 MiB for that variant), outside the package (never written into it)."""
     named = os.environ.get(CACHE_ENV)
     if named is not None and named.strip().lower() in ("", "off"):
+        return None
+    if cache_unsafe():
         return None
     folder = Path(named) if named else user_cache("openvino")
     try:
