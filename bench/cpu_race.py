@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import runtime_venv
+from bench import ov_attention_kernels, runtime_venv
 from bench.flops import encoder_flops
 from bench.ov_attention_kernels import attention_model
 from bench.runtime_worker import profile_of
@@ -233,15 +233,10 @@ def attention_profile(vision: dict, grid: list[list[int]], precision: str, threa
     segment has one size: one com.microsoft MultiHeadAttention on [frames, rows, C]) at one case's frame shape,
     as a model of its own (the whole model's profile sums every block's attention with the rest of its layers of
     that type). Seconds per (layer type, kernel)."""
-    import openvino
-
     heads, width = vision["num_heads"], vision["hidden_size"]
     frames, rows = sum(t for t, _, _ in grid), grid[0][1] * grid[0][2]
-    model = attention_model(frames, rows, heads, width)
-    core = openvino.Core()
-    compiled = core.compile_model(core.read_model(model, b""), "CPU",
-                                  {"INFERENCE_PRECISION_HINT": precision, "PERF_COUNT": True,
-                                   "INFERENCE_NUM_THREADS": threads})
+    compiled = ov_attention_kernels.compile_cpu(attention_model(frames, rows, heads, width), precision, threads,
+                                                {}, profile=True)
     request = compiled.create_infer_request()
     feeds = {n: np.random.default_rng(0).standard_normal((frames, rows, width), dtype=np.float32) for n in "qkv"}
     request.infer(feeds)

@@ -71,7 +71,9 @@ def sdpa_model(rows: int, heads: int = HEADS, width: int = WIDTH, stateful: bool
     return openvino.Model([out.output(0)], [ops.assign(state, variable)], params, [variable], "sdpa-stateful")
 
 
-def _compiled(model, precision: str, threads: int, extra: dict, profile: bool = False):
+def compile_cpu(model, precision: str, threads: int, extra: dict, profile: bool = False):
+    """`model` (ONNX bytes or an openvino.Model) compiled for the CPU at `precision` on `threads`, with `extra`
+    properties, and OpenVINO's profiler on when `profile`."""
     import openvino
 
     core = openvino.Core()
@@ -96,9 +98,9 @@ def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
              for i, n in enumerate("qkv")}
     runners, profiles, kept = {}, {}, {}
     for label, (model, extra) in forms(rows).items():
-        request = _compiled(model, precision, threads, extra).create_infer_request()
+        request = compile_cpu(model, precision, threads, extra).create_infer_request()
         runners[f"OpenVINO {label}"] = lambda r=request: r.infer(feeds)
-        profiled = _compiled(model, precision, threads, extra, profile=True)
+        profiled = compile_cpu(model, precision, threads, extra, profile=True)
         kept[f"OpenVINO {label}"] = any(str(op.get_rt_info()["layerType"]) == "ScaledDotProductAttention"
                                         for op in profiled.get_runtime_model().get_ops())
         request = profiled.create_infer_request()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core import onnx_io, openvino_branches
+from core import cpu, onnx_io, openvino_branches
 from core.errors import UsageError
 from core.staging import user_cache
 
@@ -109,8 +109,6 @@ def cache_unsafe() -> bool:
     Why: on an Intel Xeon with AMX (2026-11-28, OpenVINO 2026.4.1) a bf16 model read back from the cache gave NaN
     outputs in 3 of 6 `runtime embed` processes on the tiny Qwen3-VL package (compiled, never: 6 of 6 right), and
     crashed when the blob was the f32 compile's (`cache_dir`). Compiling each time costs seconds per process."""
-    from core import cpu
-
     return cpu.has("amx_bf16")
 
 

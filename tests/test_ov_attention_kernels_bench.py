@@ -29,7 +29,7 @@ def test_every_form_is_the_same_attention():
              "SDPA op": (bench.sdpa_model(rows, heads, width), {}),
              "SDPA op, stateful": (bench.sdpa_model(rows, heads, width, stateful=True), {})}
     for label, (model, extra) in forms.items():
-        out = bench._compiled(model, "f32", 1, extra).create_infer_request().infer(feeds)
+        out = bench.compile_cpu(model, "f32", 1, extra).create_infer_request().infer(feeds)
         np.testing.assert_allclose(next(iter(out.values())), expected, atol=1e-5, err_msg=label)
 
 
