@@ -7,9 +7,11 @@ batched attention, the If branch taken when every segment has one size), in the 
   snippets off            the same model with SNIPPETS_MODE=DISABLE: two oneDNN MatMuls (their kernel names the
                           ISA: brgemm_avx512_amx_bf16 on AMX) around a Softmax, the N x N scores in memory
   SDPA op                 opset13 ScaledDotProductAttention built directly: whether the CPU plugin keeps it as its
-                          own node (its transformation pipeline decomposes it in models without state variables:
+                          own node (its transformation pipeline decomposes it outside LLM-shaped stateful models:
                           "optimized only for LLM models") and what it then runs
-  SDPA op, stateful       the same with an unused state variable (ReadValue/Assign) added, the plugin's condition
+  SDPA op, KV-cache form  the same behind an LLM's KV cache (ReadValue -> Gather(beam_idx) -> Concat -> SDPA, the
+                          Concat into Assign; the cache empty, reset before every run): the pattern the plugin's
+                          StatefulSDPAFusion keeps as its own ScaledDotProductAttentionWithKVCache node
   PyTorch sdpa            torch.nn.functional.scaled_dot_product_attention on [1, 16, N, 64] (the reference)
 at f32 and bf16, interleaved medians of --reps runs after a warm run; OpenVINO's per-op profile (PERF_COUNT) of a
 second compile. FLOP: 4 N^2 x 1024 (QK^T and PV). Writes bench/results/ov-attention-kernels[-SUFFIX].json/.md.
@@ -49,26 +51,51 @@ def attention_model(frames: int, rows: int, heads: int = HEADS, width: int = WID
     return model.SerializeToString()
 
 
-def sdpa_model(rows: int, heads: int = HEADS, width: int = WIDTH, stateful: bool = False):
-    """An OpenVINO model of one opset13 ScaledDotProductAttention on q, k, v [1, rows, width] (heads split and
-    merged by Reshape/Transpose around it); `stateful`: with a one-value state variable added to its output x 0."""
+def sdpa_model(rows: int, heads: int = HEADS, width: int = WIDTH, kv_cache: bool = False):
+    """An OpenVINO model of one opset13 ScaledDotProductAttention on q, k, v [1, rows, width] -> [1, rows, width]
+    (heads split and merged by Reshape/Transpose around it). `kv_cache`: k and v each appended to an empty state
+    variable [1, heads, 0, head_dim] first, as an LLM's KV cache (with its `beam_idx` [1] int32 input, feed 0), so the
+    CPU plugin keeps the op as its own node; call `reset_state()` before every run or the cache grows."""
     import openvino
     from openvino import opset13 as ops
 
+    head = width // heads
     params = [ops.parameter([1, rows, width], np.float32, name=n) for n in "qkv"]
-    split = [ops.transpose(ops.reshape(p, [1, rows, heads, width // heads], False), [0, 2, 1, 3]) for p in params]
-    out = ops.reshape(ops.transpose(ops.scaled_dot_product_attention(*split, causal=False), [0, 2, 1, 3]),
-                      [1, rows, width], False)
-    if not stateful:
-        return openvino.Model([out], params, "sdpa")
-    from openvino.op.util import Variable, VariableInfo
+    q, k, v = (ops.transpose(ops.reshape(p, [1, rows, heads, head], False), [0, 2, 1, 3]) for p in params)
+    sinks, variables = [], []
+    if kv_cache:
+        from openvino.op.util import Variable, VariableInfo
 
-    info = VariableInfo()
-    info.data_shape, info.data_type, info.variable_id = openvino.PartialShape([1]), openvino.Type.f32, "state"
-    variable = Variable(info)
-    state = ops.read_value(ops.constant(np.zeros(1, np.float32)), variable)
-    out = ops.add(out, ops.multiply(state, ops.constant(np.float32(0))))
-    return openvino.Model([out.output(0)], [ops.assign(state, variable)], params, [variable], "sdpa-stateful")
+        beam = ops.parameter([-1], np.int32, name="beam_idx")
+        params.append(beam)
+        empty = ops.broadcast(ops.constant(np.float32(0)), ops.constant(np.array([1, heads, 0, head], np.int64)))
+        cached = []
+        for name, current in (("k", k), ("v", v)):
+            info = VariableInfo()
+            info.data_shape, info.data_type = openvino.PartialShape([1, heads, -1, head]), openvino.Type.f32
+            info.variable_id = f"past_{name}"
+            variables.append(Variable(info))
+            past = ops.gather(ops.read_value(empty, variables[-1]), beam, ops.constant(np.int64(0)))
+            cached.append(ops.concat([past, current], 2))
+            sinks.append(ops.assign(cached[-1], variables[-1]))
+        k, v = cached
+    out = ops.reshape(ops.transpose(ops.scaled_dot_product_attention(q, k, v, causal=False), [0, 2, 1, 3]),
+                      [1, rows, width], False)
+    return openvino.Model([out.output(0)], sinks, params, variables, "sdpa-kv-cache" if kv_cache else "sdpa")
+
+
+def sdpa_kept(compiled) -> bool:
+    """Whether a compiled model runs a ScaledDotProductAttention node of the CPU plugin's own (its runtime model's
+    layer types; the KV-cache form's node is reported as `ScaledDotProductAttention`)."""
+    return any(op.get_rt_info()["layerType"].astype(str).startswith("ScaledDotProductAttention")
+               for op in compiled.get_runtime_model().get_ops())
+
+
+def run(request, feeds: dict) -> dict:
+    """One run of a compiled form's `request` on q/k/v `feeds`: its state reset and `beam_idx` fed when it has them."""
+    request.reset_state()
+    names = {name for port in request.model_inputs for name in port.get_names()}
+    return request.infer({**feeds, **({"beam_idx": np.zeros(1, np.int32)} if "beam_idx" in names else {})})
 
 
 def compile_cpu(model, precision: str, threads: int, extra: dict, profile: bool = False):
@@ -87,7 +114,7 @@ def forms(rows: int) -> dict:
     """{label: (model, extra CPU properties)} of the OpenVINO forms at `rows`."""
     return {"fused MHA (what runs)": (attention_model(1, rows), {}),
             "snippets off": (attention_model(1, rows), {"SNIPPETS_MODE": "DISABLE"}),
-            "SDPA op": (sdpa_model(rows), {}), "SDPA op, stateful": (sdpa_model(rows, stateful=True), {})}
+            "SDPA op": (sdpa_model(rows), {}), "SDPA op, KV-cache form": (sdpa_model(rows, kv_cache=True), {})}
 
 
 def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
@@ -99,13 +126,12 @@ def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
     runners, profiles, kept = {}, {}, {}
     for label, (model, extra) in forms(rows).items():
         request = compile_cpu(model, precision, threads, extra).create_infer_request()
-        runners[f"OpenVINO {label}"] = lambda r=request: r.infer(feeds)
+        runners[f"OpenVINO {label}"] = lambda r=request: run(r, feeds)
         profiled = compile_cpu(model, precision, threads, extra, profile=True)
-        kept[f"OpenVINO {label}"] = any(str(op.get_rt_info()["layerType"]) == "ScaledDotProductAttention"
-                                        for op in profiled.get_runtime_model().get_ops())
+        kept[f"OpenVINO {label}"] = sdpa_kept(profiled)
         request = profiled.create_infer_request()
         for _ in range(2):  # the second run's profile
-            request.infer(feeds)
+            run(request, feeds)
         profiles[f"OpenVINO {label}"] = profile_of(request)[:4]
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32

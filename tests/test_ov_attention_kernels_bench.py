@@ -27,10 +27,17 @@ def test_every_form_is_the_same_attention():
     forms = {"fused MHA": (bench.attention_model(1, rows, heads, width), {}),
              "snippets off": (bench.attention_model(1, rows, heads, width), {"SNIPPETS_MODE": "DISABLE"}),
              "SDPA op": (bench.sdpa_model(rows, heads, width), {}),
-             "SDPA op, stateful": (bench.sdpa_model(rows, heads, width, stateful=True), {})}
+             "SDPA op, KV-cache form": (bench.sdpa_model(rows, heads, width, kv_cache=True), {})}
     for label, (model, extra) in forms.items():
-        out = bench.compile_cpu(model, "f32", 1, extra).create_infer_request().infer(feeds)
+        request = bench.compile_cpu(model, "f32", 1, extra).create_infer_request()
+        for _ in range(2):  # the KV-cache form's state is reset before each run, so the second equals the first
+            out = bench.run(request, feeds)
         np.testing.assert_allclose(next(iter(out.values())), expected, atol=1e-5, err_msg=label)
+
+
+def test_only_the_kv_cache_form_keeps_the_sdpa_node():
+    assert bench.sdpa_kept(bench.compile_cpu(bench.sdpa_model(24, 4, 32, kv_cache=True), "f32", 1, {}))
+    assert not bench.sdpa_kept(bench.compile_cpu(bench.sdpa_model(24, 4, 32), "f32", 1, {}))
 
 
 def test_the_table_names_kernels_and_whether_sdpa_was_kept():
