@@ -15,8 +15,9 @@ each OV path at the largest image case of at most 1024^2. The default path is wh
 (`runtime.path_choice` on the build's stage reports, at each case's image size). `--package DIR` adds the acceptance figure at each of
 `--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
 (no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
-`bench.runtime_venv`, or `--runtime-python`; OpenVINO's compile cache filled by an untimed first round, as for
-a user's second run; and every other path this CPU's class ranks, plus each INT8 variant, named explicitly where
+`bench.runtime_venv`, or `--runtime-python`; OpenVINO's compile cache off, as by default; an untimed first
+round fills the page cache; each later run's features compared with that first run's, min per-token cosine, so a
+path whose repeated runs disagree shows; and every other path this CPU's class ranks, plus each INT8 variant, named explicitly where
 the package ships its variant, `embed_also`) against a PyTorch bf16 process that loads the same weights from a
 safetensors file and embeds the same 4 photos.
 Writes bench/results/cpu-race[-SUFFIX].json and .md.
@@ -278,7 +279,7 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
                        check=True, cwd=ROOT)
     embed = [str(python), "-m", "runtime", "embed", *photos, "--package", str(package.resolve()), "--out",
              str(tmp / "embed.npz"), "--threads", str(threads), "--force"]
-    venv_env = {**runtime_venv.environment(), CACHE_ENV: str(tmp / "openvino-cache")}
+    venv_env = {**runtime_venv.environment(), CACHE_ENV: "off"}  # the default, whatever the caller's environment
     also = embed_also(json.loads((package / "manifest.json").read_text()), size)
     commands = {  # (command, working folder, environment)
         "runtime embed (default path)": (embed, tmp, venv_env),
@@ -288,7 +289,9 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
     }
     times: dict[str, list[float]] = {label: [] for label in commands}
     lines: dict[str, str] = {}
-    for rep in range(-1, reps):  # -1: untimed, fills OpenVINO's compile cache and the page cache for every command
+    first: dict[str, dict[str, np.ndarray]] = {}  # each runtime command's features of its untimed run
+    agree: dict[str, float] = {}  # the lowest min per-token cosine of a later run against that
+    for rep in range(-1, reps):  # -1: untimed, fills the page cache for every command
         for label, (command, cwd, env) in commands.items():
             start = time.perf_counter()
             done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=cwd, env=env)
@@ -297,9 +300,17 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
             if done.returncode:
                 raise RuntimeError(f"{label} failed: {done.stderr.strip().splitlines()[-1:]}")
             lines[label] = next((line for line in done.stderr.splitlines() if "path:" in line), "")
+            if label.startswith("runtime embed"):
+                with np.load(tmp / "embed.npz") as out:
+                    features = {key: out[key] for key in out.files}
+                if label in first:
+                    agree[label] = min(agree.get(label, 1.0), *(min_token_cosine(features[key], value)
+                                                                for key, value in first[label].items()))
+                else:
+                    first[label] = features
     medians = {label: statistics.median(t) for label, t in times.items()}
     return {"size": size, "photos": list(EMBED_PHOTOS), "threads": threads, "runtime_python": str(python),
-            "times_s": times, "paths": lines,
+            "times_s": times, "paths": lines, "repeat_min_token_cosine": agree,
             "median_s": medians, "path_line": lines.get("runtime embed (default path)", ""),
             "speedup_vs_torch_bf16": round(medians["PyTorch bf16 process"] / medians["runtime embed (default path)"],
                                            3)}
@@ -351,12 +362,15 @@ def markdown(result: dict) -> str:
                   (f"{len(e['photos'])} photos at {e['size']}x{e['size']}, {e['threads']} thread(s), each command a "
                    f"fresh process (`runtime embed` in a `.[runtime]` venv; PyTorch loads the same weights from "
                    f"safetensors); {e['path_line']}"), "",
-                  "| command | path | median s | x PyTorch bf16 | runs |", "|---|---|---:|---:|---|"]
+                  "| command | path | median s | x PyTorch bf16 | runs | runs agree (min cosine) |",
+                  "|---|---|---:|---:|---|---:|"]
         torch_s = e["median_s"]["PyTorch bf16 process"]
         for label, median in e["median_s"].items():
             path = e.get("paths", {}).get(label, "").split("path: ")[-1]
+            repeat = e.get("repeat_min_token_cosine", {}).get(label)
             lines.append(f"| {label} | {path} | {median:.2f} | {torch_s / median:.2f}x | "
-                         f"{', '.join(f'{t:.2f}' for t in e['times_s'][label])} |")
+                         f"{', '.join(f'{t:.2f}' for t in e['times_s'][label])} | "
+                         f"{'' if repeat is None else f'{repeat:.6f}'} |")
         lines += ["", f"`runtime embed` is **{e['speedup_vs_torch_bf16']:.2f}x** PyTorch bf16.", ""]
     return "\n".join(lines)
 

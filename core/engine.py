@@ -35,8 +35,8 @@ def default_precision() -> str:
 @dataclass(frozen=True)
 class Engine:
     """name: onnxruntime | openvino; precision: OpenVINO's f32 | bf16 (None: `default_precision()`); compile_cache:
-    OpenVINO keeps compiled models in `openvino_session.compile_cache_folder()` (the runtime's commands: a process
-    that embeds a few images is dominated by compiling; the stages and checks never cache)."""
+    OpenVINO keeps compiled models in `openvino_session.compile_cache_folder()` where $VISION_ONNX_CACHE names one
+    (the runtime's commands; off by default, see there; the stages and checks never cache)."""
     name: str = "onnxruntime"
     precision: str | None = None
     compile_cache: bool = False

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core import cpu, onnx_io, openvino_branches
+from core import onnx_io, openvino_branches
 from core.errors import UsageError
-from core.staging import user_cache
 
 PRECISIONS = ("f32", "bf16")
 #: The model file of an IR stage folder (its weights: model.bin beside it).
@@ -99,34 +98,35 @@ def _port(port) -> Port:
 
 
 #: The environment variable naming the folder of OpenVINO's compiled-model cache for the runtime's commands
-#: (`compile_cache_folder`); "off" (or empty) turns the cache off.
+#: (`compile_cache_folder`); unset, empty or "off": no cache (the default).
 CACHE_ENV = "VISION_ONNX_CACHE"
 
-
-def cache_unsafe() -> bool:
-    """Whether OpenVINO's compiled-model cache is off on this CPU: on CPUs with AMX.
-
-    Why: on an Intel Xeon with AMX (2026-11-28, OpenVINO 2026.4.1) a bf16 model read back from the cache gave NaN
-    outputs in 3 of 6 `runtime embed` processes on the tiny Qwen3-VL package (compiled, never: 6 of 6 right), and
-    crashed when the blob was the f32 compile's (`cache_dir`). Compiling each time costs seconds per process."""
-    return cpu.has("amx_bf16")
+#: OpenVINO's CACHE_MODE for that cache: blobs without the weights, which are read from the model at import.
+#: Why: with the default (OPTIMIZE_SPEED, weights in the blob) OpenVINO 2026.4.1's CPU plugin read models back
+#: wrong. On the tiny Qwen3-VL package's optimized file the Concat of the decomposed RotaryEmbedding's two rotated
+#: halves came back as uninitialized memory (values near 1e22, NaN downstream) in 3 of 4 processes, at f32 and
+#: bf16, while every input of that Concat was right (every op's output made a model output and compared); on
+#: Qwen3-VL-2B's ov-int8 IR two read-backs of four gave features off by up to 6% (max |x| 4.82 and 5.00 where the
+#: compiled model gives 5.12), silently. With OPTIMIZE_SIZE every read-back was bit-identical (11 of 11 on the tiny
+#: file, 4 of 4 on the 2B files; an Intel Xeon with AMX, 2026-11-28). The folder per setting (`cache_dir`) keeps
+#: this mode's blobs apart from blobs of the other mode, which OpenVINO would read back under the same name.
+CACHE_MODE = "OPTIMIZE_SIZE"
 
 
 def compile_cache_folder() -> Path | None:
-    """The folder where the runtime's OpenVINO sessions keep compiled models (OpenVINO's CACHE_DIR):
-    $VISION_ONNX_CACHE, else `core.staging.user_cache("openvino")` (~/.cache/vlm-vision-onnx/openvino); None when
-    turned off, not writable, or on a CPU where reading it back is not safe (`cache_unsafe`: the session then
-    compiles as without it).
+    """The folder where the runtime's OpenVINO sessions keep compiled models (OpenVINO's CACHE_DIR): the one
+    $VISION_ONNX_CACHE names; None (no cache) when it is unset, empty, "off", or not writable.
 
-    Why: compiling Qwen3-VL-2B's ov-int8 IR takes 6.1 s of a `runtime embed` process on 2 cores (AMD EPYC Zen 4),
-    reading it back from the cache 0.7 s; the cache holds one blob per model and settings, about the size of the
-    IR's weights (694 MiB for that variant), outside the package (never written into it)."""
-    named = os.environ.get(CACHE_ENV)
-    if named is not None and named.strip().lower() in ("", "off"):
+    Why off by default: in the one mode that reads models back right (CACHE_MODE), reading back saves nothing
+    measurable: `runtime embed` of one 448^2 photo on Qwen3-VL-2B, 2 cores, Intel Xeon with AMX: ov-int8 8.08 and
+    9.28 s read back against 8.37 and 9.62 s compiled; OpenVINO bf16 on the fp32 file 8.88 and 9.05 s against 8.25
+    and 9.21 s (interleaved, 2026-11-28). The mode that saved seconds (OPTIMIZE_SPEED: 5.1-6.3 s against 7.7-8.1 s
+    compiled, same runs) returned wrong features. The blob of a 2B file is 14 MiB in this mode, never inside the
+    package."""
+    named = os.environ.get(CACHE_ENV, "").strip()
+    if named.lower() in ("", "off"):
         return None
-    if cache_unsafe():
-        return None
-    folder = Path(named) if named else user_cache("openvino")
+    folder = Path(named)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -198,6 +198,7 @@ class OpenVINOSession:
             config["INFERENCE_NUM_THREADS"] = threads
         config.update(extra)
         if cache is not None:
+            config["CACHE_MODE"] = CACHE_MODE
             config["CACHE_DIR"] = str(cache_dir(cache, config))
         self.path, self.precision = Path(path), precision
         core = ov.Core()

@@ -48,8 +48,7 @@ RESULT_MARK = b"vlm-vision-onnx result"
 
 def user_cache(name: str) -> Path:
     """$XDG_CACHE_HOME/vlm-vision-onnx/NAME, else ~/.cache/vlm-vision-onnx/NAME: where the runtime keeps what it
-    compiled for the next run (the QNN EP's contexts, runtime.npu_context_cache; OpenVINO's compiled models,
-    core.openvino_session.compile_cache_folder). Not created here."""
+    compiled for the next run (the QNN EP's contexts, runtime.npu_context_cache). Not created here."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vlm-vision-onnx" / name
 
 
