@@ -15,8 +15,7 @@ each OV path at the largest image case of at most 1024^2. The default path is wh
 (`runtime.path_choice` on the build's stage reports, at each case's image size). `--package DIR` adds the acceptance figure at each of
 `--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
 (no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
-`bench.runtime_venv`, or `--runtime-python`; OpenVINO's compile cache off, as by default; an untimed first
-round fills the page cache; each later run's features compared with that first run's, min per-token cosine, so a
+`bench.runtime_venv`, or `--runtime-python`; an untimed first round fills the page cache; each later run's features compared with that first run's, min per-token cosine, so a
 path whose repeated runs disagree shows; and every other path this CPU's class ranks, plus each INT8 variant, named explicitly where
 the package ships its variant, `embed_also`) against a PyTorch bf16 process that loads the same weights from a
 safetensors file and embeds the same 4 photos.
@@ -45,7 +44,6 @@ from bench.timing import load_average, write_results
 from builders.config import load_config
 from core import cpu, onnx_io
 from core.machine import describe, machine
-from core.openvino_session import CACHE_ENV
 from core.parity import min_token_cosine
 from core.progress import say
 from runtime import path_choice
@@ -248,7 +246,8 @@ def attention_profile(vision: dict, grid: list[list[int]], precision: str, threa
 def embed_also(manifest: dict, size: int) -> list[tuple[str, ...]]:
     """`runtime embed` options naming each path the process race times beside the default at `size`^2: the other
     paths this CPU's class ranks and EMBED_ALSO, where the package ships the variant; the default itself left out."""
-    default = path_choice.choose(manifest, largest=path_choice.Largest(size * size)).path
+    default = path_choice.choose(manifest, largest=path_choice.Largest(size * size, images=(size * size,) * len(
+        EMBED_PHOTOS))).path
     shipped = {r.get("name") for r in manifest.get("variants", []) if isinstance(r, dict)}
     ranked = path_choice.RANKING.get(path_choice.cpu_class(), ())
     options = []
@@ -279,7 +278,7 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
                        check=True, cwd=ROOT)
     embed = [str(python), "-m", "runtime", "embed", *photos, "--package", str(package.resolve()), "--out",
              str(tmp / "embed.npz"), "--threads", str(threads), "--force"]
-    venv_env = {**runtime_venv.environment(), CACHE_ENV: "off"}  # the default, whatever the caller's environment
+    venv_env = runtime_venv.environment()
     also = embed_also(json.loads((package / "manifest.json").read_text()), size)
     commands = {  # (command, working folder, environment)
         "runtime embed (default path)": (embed, tmp, venv_env),
@@ -302,7 +301,7 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
             lines[label] = next((line for line in done.stderr.splitlines() if "path:" in line), "")
             if label.startswith("runtime embed"):
                 with np.load(tmp / "embed.npz") as out:
-                    features = {key: out[key] for key in out.files}
+                    features = {key: out[key] for key in out.files if out[key].dtype.kind == "f"}
                 if label in first:
                     agree[label] = min(agree.get(label, 1.0), *(min_token_cosine(features[key], value)
                                                                 for key, value in first[label].items()))

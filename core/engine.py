@@ -34,12 +34,9 @@ def default_precision() -> str:
 
 @dataclass(frozen=True)
 class Engine:
-    """name: onnxruntime | openvino; precision: OpenVINO's f32 | bf16 (None: `default_precision()`); compile_cache:
-    OpenVINO keeps compiled models in `openvino_session.compile_cache_folder()` where $VISION_ONNX_CACHE names one
-    (the runtime's commands; off by default, see there; the stages and checks never cache)."""
+    """name: onnxruntime | openvino; precision: OpenVINO's f32 | bf16 (None: `default_precision()`)."""
     name: str = "onnxruntime"
     precision: str | None = None
-    compile_cache: bool = False
 
     def __post_init__(self):
         if self.name not in (*ENGINES, AUTO):
@@ -57,8 +54,7 @@ class Engine:
             raise ValueError("--engine auto is resolved to an engine (runtime.path_choice) before a session opens")
         if self.name == "onnxruntime":
             return session.open_session(model, threads)
-        cache = openvino_session.compile_cache_folder() if self.compile_cache else None
-        return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision(), cache=cache)
+        return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision())
 
     @property
     def one_entry_per_run(self) -> bool:

@@ -10,6 +10,11 @@ memory of its own); any other file is compiled when the session opens.
 
 precision: OpenVINO's inference precision hint, "f32" or "bf16" (bf16 needs a CPU with AVX-512 BF16 or AMX:
 `bf16_supported()`). The figures behind the runtime's default are in docs/runtime-openvino.md.
+
+No compiled-model cache (CACHE_DIR): every session compiles its file. OpenVINO 2026.4.1's CPU plugin read cached
+models back wrong: in its default mode garbage from the decomposed RotaryEmbedding's Concat on the tiny Qwen3-VL
+file and 2B ov-int8 features off by up to 6%, silently; in OPTIMIZE_SIZE features off by 3e-4 and no time saved
+(docs/runtime-openvino.md, "No compile cache", has the figures and how they were found).
 """
 
 from __future__ import annotations
@@ -97,58 +102,6 @@ def _port(port) -> Port:
     return Port(port.get_any_name(), _TYPES.get(port.get_element_type().get_type_name(), "tensor(unknown)"), shape)
 
 
-#: The environment variable naming the folder of OpenVINO's compiled-model cache for the runtime's commands
-#: (`compile_cache_folder`); unset, empty or "off": no cache (the default).
-CACHE_ENV = "VISION_ONNX_CACHE"
-
-#: OpenVINO's CACHE_MODE for that cache: blobs without the weights, which are read from the model at import.
-#: Why: with the default (OPTIMIZE_SPEED, weights in the blob) OpenVINO 2026.4.1's CPU plugin read models back
-#: wrong. On the tiny Qwen3-VL package's optimized file the Concat of the decomposed RotaryEmbedding's two rotated
-#: halves came back as uninitialized memory (values near 1e22, NaN downstream) in 3 of 4 processes, at f32 and
-#: bf16, while every input of that Concat was right (every op's output made a model output and compared); on
-#: Qwen3-VL-2B's ov-int8 IR two read-backs of four gave features off by up to 6% (max |x| 4.82 and 5.00 where the
-#: compiled model gives 5.12), silently. With OPTIMIZE_SIZE every read-back was bit-identical (11 of 11 on the tiny
-#: file, 4 of 4 on the 2B files; an Intel Xeon with AMX, 2026-11-28). The folder per setting (`cache_dir`) keeps
-#: this mode's blobs apart from blobs of the other mode, which OpenVINO would read back under the same name.
-CACHE_MODE = "OPTIMIZE_SIZE"
-
-
-def compile_cache_folder() -> Path | None:
-    """The folder where the runtime's OpenVINO sessions keep compiled models (OpenVINO's CACHE_DIR): the one
-    $VISION_ONNX_CACHE names; None (no cache) when it is unset, empty, "off", or not writable.
-
-    Why off by default: in the one mode that reads models back right (CACHE_MODE), reading back saves nothing
-    measurable: `runtime embed` of one 448^2 photo on Qwen3-VL-2B, 2 cores, Intel Xeon with AMX: ov-int8 8.08 and
-    9.28 s read back against 8.37 and 9.62 s compiled; OpenVINO bf16 on the fp32 file 8.88 and 9.05 s against 8.25
-    and 9.21 s (interleaved, 2026-11-28). The mode that saved seconds (OPTIMIZE_SPEED: 5.1-6.3 s against 7.7-8.1 s
-    compiled, same runs) returned wrong features. The blob of a 2B file is 14 MiB in this mode, never inside the
-    package."""
-    named = os.environ.get(CACHE_ENV, "").strip()
-    if named.lower() in ("", "off"):
-        return None
-    folder = Path(named)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return folder if os.access(folder, os.W_OK) else None
-
-
-def cache_dir(cache: Path, config: dict) -> Path:
-    """The CACHE_DIR for a compile with `config` under the cache folder `cache`: a subfolder per inference precision
-    and per other property given (threads and the cache itself aside), e.g. CACHE/bf16.
-
-    Why: OpenVINO 2026.4.1's CPU plugin keys a cached blob by the model alone, not by INFERENCE_PRECISION_HINT (one
-    blob for f32 and bf16 compiles of the same model, checked on the tiny Qwen3-VL export); a bf16 session then
-    read the f32 blob back and crashed on an Intel Xeon with AMX (`runtime embed --precision bf16` after
-    `--precision f32`: tests/test_embed.py::test_openvino_engine_equals_onnxruntime)."""
-    shown = {k: v for k, v in config.items() if k not in ("CACHE_DIR", "INFERENCE_NUM_THREADS",
-                                                              "INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT")}
-    name = "-".join([str(config.get("INFERENCE_PRECISION_HINT", "f32")),
-                     *(f"{k}={v}" for k, v in sorted(shown.items()))])
-    return cache / "".join(c if c.isalnum() or c in "-_=." else "_" for c in name)
-
-
 def compile_cpu(core, model, config: dict):
     """`core.compile_model(model, "CPU", config)` for an `openvino.Model` of this tool's graphs, with every If's
     outputs made model outputs too (callers read outputs by name; the extra ones are ignored).
@@ -183,9 +136,8 @@ class OpenVINOSession:
     """A compiled OpenVINO CPU model of an ONNX file (see the module docstring)."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None, precision: str = "f32",
-                 config: dict | None = None, cache: Path | None = None):
-        """`config`: more CPU plugin properties for compile_model (e.g. DYNAMIC_QUANTIZATION_GROUP_SIZE); `cache`:
-        OpenVINO's compiled-model cache folder (CACHE_DIR; None: none, as the stages and checks run)."""
+                 config: dict | None = None):
+        """`config`: more CPU plugin properties for compile_model (e.g. DYNAMIC_QUANTIZATION_GROUP_SIZE)."""
         if precision not in PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         ov = _openvino()
@@ -197,9 +149,6 @@ class OpenVINOSession:
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         config.update(extra)
-        if cache is not None:
-            config["CACHE_MODE"] = CACHE_MODE
-            config["CACHE_DIR"] = str(cache_dir(cache, config))
         self.path, self.precision = Path(path), precision
         core = ov.Core()
         try:

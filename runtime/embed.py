@@ -158,9 +158,9 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
         with step(f"load {what}", tag=TAG):
             loaded = (list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
                       list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
-        largest = min(max(rgb.shape[0] * rgb.shape[1] for _, rgb in (*loaded[0], *loaded[1])), processor_pixels)
+        each = tuple(min(rgb.shape[0] * rgb.shape[1], processor_pixels) for _, rgb in (*loaded[0], *loaded[1]))
         choice = path_choice.choose(manifest, engine.name, variant, engine.precision,
-                                    largest=path_choice.Largest(largest))
+                                    largest=path_choice.Largest(max(each), images=each))
         engine, variant = choice.engine, choice.variant
         model = model_file(folder, manifest, variant)
         if model.suffix == ".xml" and engine.name != "openvino":  # an OpenVINO IR (the ov-int8 variant)

@@ -20,7 +20,11 @@ The rule, in order:
    given, or the processor's max_pixels when that is smaller, since the processor downsizes to it;
    `embed-collection`: the same bound over what `--max-image-pixels` lets through, since one variant embeds the
    whole collection: cap it at the variant's size to keep the variant).
-3. fp32 on ONNX Runtime is the last path, always there.
+3. A call known in full (`runtime embed`: `Largest.images`, every image's and frame's pixels) where OpenVINO does
+   not pay off puts the ranking's ONNX Runtime paths first (`openvino_pays_off`): OpenVINO compiles its model in
+   every process (no compile cache: core.openvino_session), seconds that its faster inference wins back only on
+   enough pixels. `embed-collection` keeps the ranking (a collection amortizes it).
+4. fp32 on ONNX Runtime is the last path, always there.
 
 The order per CPU class is what `python -m bench.cpu_race` measured (bench/results/cpu-race.md, and the CPUs named
 beside each entry of RANKING); docs/runtimes.md states it per CPU.
@@ -95,8 +99,8 @@ class Choice:
 
     @property
     def engine(self) -> Engine:
-        """The engine that runs the path; OpenVINO with its compiled-model cache (core.engine)."""
-        return Engine(self.path.engine, self.path.precision, compile_cache=True)
+        """The engine that runs the path."""
+        return Engine(self.path.engine, self.path.precision)
 
     @property
     def variant(self) -> str:
@@ -151,9 +155,39 @@ def largest_image_pixels(manifest: dict, variant: str) -> int | None:
 
 @dataclass(frozen=True)
 class Largest:
-    """The largest image of a call as the model will see it: `pixels`, and `what` names it in the line."""
+    """The largest image of a call as the model will see it: `pixels`, and `what` names it in the line; `images`:
+    where the call is known in full (`runtime embed`), the pixels of each of its images and video frames as the
+    model sees them (empty: not known, as for a collection)."""
     pixels: int
     what: str = "this call's largest image has"
+    images: tuple[int, ...] = ()
+
+
+#: Seconds a `runtime embed` process spends on OpenVINO before its first inference beyond what ONNX Runtime spends
+#: (reading and compiling the model), per CPU class, Qwen3-VL-2B's ov-int8 IR, 2 threads.
+#: amx: 3.6 s (bench/results/cpu-race-amx-processes.md, 4 photos at 448^2: ov-int8 12.53 s, ORT INT8 9.65 s, of
+#: which 4 x 0.17 s is ov-int8's faster inference); avx512-bf16: 6.7 s (AMD EPYC Zen 4: 1.3 s more than ORT INT8
+#: with the compiled model read back in 0.7 s, bench/results/cpu-race-avx512-bf16-processes.md, plus its 6.1 s
+#: compile, core.openvino_session's earlier figure).
+OPENVINO_SETUP_S = {AMX: 3.6, AVX512_BF16: 6.7}
+
+
+def openvino_saving_s(pixels: int) -> float:
+    """Seconds OpenVINO INT8 saves on one image of `pixels` against ONNX Runtime INT8 per inference: 0.131 s per
+    megapixel + 3.59 s per megapixel squared (ONNX Runtime's attention is fp32 and grows with the square), fitted to
+    Qwen3-VL-2B, 2 threads: 0.17 s at 448^2 and 4.1 s at 1024^2 on the AMX Xeon (bench/results/cpu-race-amx.md:
+    0.81 / 6.60 s against 0.98 / 10.7 s), 0.17 s and 4.0 s on AMD EPYC Zen 4 (cpu-race-avx512-bf16.md)."""
+    megapixels = pixels / 1e6
+    return 0.131 * megapixels + 3.59 * megapixels * megapixels
+
+
+def openvino_pays_off(kind: str, images: tuple[int, ...]) -> bool:
+    """Whether OpenVINO's faster inference on a call's `images` (pixels each) wins back its setup on a `kind` CPU
+    (True where the call or the class's setup is not known). E.g. on amx: 4 photos at 448^2 save 0.68 s < 3.6 s
+    (ONNX Runtime INT8 first), one at 1024^2 4.09 s > 3.6 s (OpenVINO first)."""
+    if not images or kind not in OPENVINO_SETUP_S:
+        return True
+    return sum(openvino_saving_s(p) for p in images) > OPENVINO_SETUP_S[kind]
 
 
 def _too_large(manifest: dict, variant: str, largest: Largest | None) -> str | None:
@@ -211,12 +245,17 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
     if have_bf16 is None:
         have_bf16 = have_openvino and openvino_session.bf16_supported()
     skipped = []
-    for path in RANKING.get(kind, ()):
+    ranking, small = RANKING.get(kind, ()), largest is not None and not openvino_pays_off(kind, largest.images)
+    if small:  # ONNX Runtime's paths first, each group in its order
+        ranking = tuple(sorted(ranking, key=lambda p: p.engine != "onnxruntime"))
+    for path in ranking:
         if variant is not None and path.variant != variant:
             continue
         reason = _refusal(manifest, path, have_openvino, have_bf16, largest)
         if reason is None:
-            return Choice(path, f"auto: fastest on a {kind} CPU meeting {FLOOR}"
+            call = (f" for {len(largest.images)} image(s) of {sum(largest.images):,} pixels, too few for OpenVINO's "
+                    f"compile (~{OPENVINO_SETUP_S[kind]:.0f} s) to pay off") if small else ""
+            return Choice(path, f"auto: fastest on a {kind} CPU meeting {FLOOR}{call}"
                           + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
         skipped.append(f"{path.describe()}: {reason}")
     last = LAST if variant is None else Path(_engine_for(manifest, variant), variant)

@@ -13,18 +13,6 @@ pytest.register_assert_rewrite("tests.support")  # before its import: its assert
 from tests.support import QWEN, install_torchvision_stub, stubbed_video_processor
 
 
-@pytest.fixture(scope="session", autouse=True)
-def openvino_compile_cache(tmp_path_factory):
-    """The runtime's OpenVINO compile cache (core.openvino_session.compile_cache_folder) in the session's temporary
-    folder, never the user's ~/.cache; subprocesses inherit it."""
-    from core.openvino_session import CACHE_ENV
-
-    folder = tmp_path_factory.mktemp("openvino-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(CACHE_ENV, str(folder))
-        yield folder
-
-
 def export_tiny(out, *extra) -> dict:
     """Export the tiny config into `out`; return its report (the export itself asserts exit 0)."""
     from builders import vision  # imported here: torch-free test files must not need torch

@@ -265,58 +265,6 @@ def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys)
                                              qwen_dist / QWEN, 1)
 
 
-def test_openvino_compile_cache_is_filled_then_read_and_changes_nothing(qwen_dist, photos, tmp_path, capsys,
-                                                                       monkeypatch):
-    """`embed` on OpenVINO keeps its compiled model in the cache folder (core.openvino_session.compile_cache_folder,
-    here a temporary one); the next process reads it back and writes the same bytes; "off" turns it off."""
-    pytest.importorskip("openvino", reason="the openvino extra is not installed")
-    from core import openvino_session
-
-    if openvino_session.cache_unsafe():
-        pytest.skip("the compile cache is off on CPUs with AMX (core.openvino_session.cache_unsafe)")
-    cache = tmp_path / "cache"
-    monkeypatch.setenv(openvino_session.CACHE_ENV, str(cache))
-    inputs = [photos[PACK[0]], photos[PACK[1]], "--package", qwen_dist / QWEN, "--engine", "openvino",
-              "--precision", "f32"]
-    assert embed([*inputs, "--out", tmp_path / "first.npz"], capsys)[0] == 0
-    blobs = sorted(cache.rglob("*.blob"))
-    assert blobs, sorted(cache.rglob("*"))
-    assert embed([*inputs, "--out", tmp_path / "second.npz"], capsys)[0] == 0
-    assert sorted(cache.rglob("*.blob")) == blobs  # read back, not compiled anew
-    with np.load(tmp_path / "first.npz") as first, np.load(tmp_path / "second.npz") as second:
-        assert sorted(first.files) == sorted(second.files)
-        for key in first.files:
-            np.testing.assert_array_equal(first[key], second[key])
-    monkeypatch.setenv(openvino_session.CACHE_ENV, "off")
-    assert openvino_session.compile_cache_folder() is None
-
-
-def test_openvino_compile_cache_keeps_each_precision_apart(qwen_dist, photos, tmp_path, capsys, monkeypatch):
-    """f32, then bf16 (where the CPU has it), then f32 again, sharing one cache folder: each writes what its
-    precision writes without the cache. OpenVINO 2026.4.1 keys a blob by the model alone, not the precision: with
-    one folder the bf16 run read the f32 blob back and crashed on an Intel Xeon with AMX, and on other CPUs the
-    second f32 run read the bf16 blob (core.openvino_session.cache_dir: a subfolder per precision)."""
-    pytest.importorskip("openvino", reason="the openvino extra is not installed")
-    from core import openvino_session
-
-    if openvino_session.cache_unsafe():
-        pytest.skip("the compile cache is off on CPUs with AMX (core.openvino_session.cache_unsafe)")
-    precisions = ["f32", *(["bf16"] if openvino_session.bf16_supported() else []), "f32"]
-    inputs = [photos[PACK[0]], "--package", qwen_dist / QWEN, "--engine", "openvino"]
-    results = {}
-    for cache in ("off", str(tmp_path / "cache")):
-        monkeypatch.setenv(openvino_session.CACHE_ENV, cache)
-        for i, precision in enumerate(precisions):
-            out = tmp_path / f"{cache != 'off'}-{i}.npz"
-            assert embed([*inputs, "--precision", precision, "--out", out], capsys)[0] == 0
-            with np.load(out) as result:
-                results[cache != "off", i] = {k: result[k] for k in result.files}
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted(set(precisions))
-    for i in range(len(precisions)):
-        for key, value in results[False, i].items():
-            np.testing.assert_array_equal(results[True, i][key], value, err_msg=f"{precisions[i]}: {key}")
-
-
 def test_precision_without_openvino_is_one_line(qwen_dist, photos, tmp_path, capsys):
     """--precision with --engine onnxruntime (alone it means OpenVINO: tests/test_path_choice.py)."""
     code, _, err = embed([photos["coffee"], "--package", qwen_dist / QWEN, "--out", tmp_path / "x.npz",

@@ -118,25 +118,3 @@ def test_the_session_runs_both_patterns_right(tmp_path):
     assert [p.name for p in session.get_inputs()] == ["x", "n"]
     for n, expected in (([2], (x * 2 + 1) * 2 + 1), ([-2], x), ([1], (x * 2 + 1) * 2 + 1)):
         np.testing.assert_allclose(session.run(None, {"x": x, "n": np.array(n)})[0], expected)
-
-
-def test_the_compile_cache_has_a_folder_per_precision_and_setting(tmp_path):
-    """core.openvino_session.cache_dir: OpenVINO keys a cached blob by the model alone (not the precision)."""
-    from core.openvino_session import cache_dir
-
-    assert cache_dir(tmp_path, {"INFERENCE_PRECISION_HINT": "bf16", "INFERENCE_NUM_THREADS": 2,
-                                "PERFORMANCE_HINT": "LATENCY"}) == tmp_path / "bf16"
-    assert cache_dir(tmp_path, {"INFERENCE_PRECISION_HINT": "f32"}) == tmp_path / "f32"
-    assert cache_dir(tmp_path, {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 32}) == \
-        tmp_path / "f32-DYNAMIC_QUANTIZATION_GROUP_SIZE=32"
-
-
-def test_the_compile_cache_is_off_on_amx(tmp_path, monkeypatch):
-    """Read back on an AMX CPU, a bf16 blob gave NaN in 3 of 6 processes (core.openvino_session.cache_unsafe)."""
-    from core import cpu, openvino_session
-
-    monkeypatch.setenv(openvino_session.CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(cpu, "has", lambda flag: flag == "amx_bf16")
-    assert openvino_session.compile_cache_folder() is None
-    monkeypatch.setattr(cpu, "has", lambda flag: flag == "avx512_bf16")
-    assert openvino_session.compile_cache_folder() == tmp_path / "cache"
