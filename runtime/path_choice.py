@@ -165,8 +165,9 @@ class Largest:
 
 #: Seconds a `runtime embed` process spends on OpenVINO before its first inference beyond what ONNX Runtime spends
 #: (reading and compiling the model), per CPU class, Qwen3-VL-2B's ov-int8 IR, 2 threads.
-#: amx: 3.6 s (bench/results/cpu-race-amx-processes.md, 4 photos at 448^2: ov-int8 12.53 s, ORT INT8 9.65 s, of
-#: which 4 x 0.17 s is ov-int8's faster inference); avx512-bf16: 6.7 s (AMD EPYC Zen 4: 1.3 s more than ORT INT8
+#: amx: 3.6 s (two runs of bench/results/cpu-race-amx-processes.md, 4 photos at 448^2: ov-int8 12.53 and 12.06 s
+#: against ORT INT8 9.65 and 9.65 s, plus the 4 x 0.17 s ov-int8's inference saves: 3.6 and 3.1 s, the larger
+#: kept; the first run's file is in the git history); avx512-bf16: 6.7 s (AMD EPYC Zen 4: 1.3 s more than ORT INT8
 #: with the compiled model read back in 0.7 s, bench/results/cpu-race-avx512-bf16-processes.md, plus its 6.1 s
 #: compile, core.openvino_session's earlier figure).
 OPENVINO_SETUP_S = {AMX: 3.6, AVX512_BF16: 6.7}
@@ -254,7 +255,8 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
         reason = _refusal(manifest, path, have_openvino, have_bf16, largest)
         if reason is None:
             call = (f" for {len(largest.images)} image(s) of {sum(largest.images):,} pixels, too few for OpenVINO's "
-                    f"compile (~{OPENVINO_SETUP_S[kind]:.0f} s) to pay off") if small else ""
+                    f"compile (~{OPENVINO_SETUP_S[kind]:.1f} s) to pay off") if small and path.engine != "openvino" \
+                else ""
             return Choice(path, f"auto: fastest on a {kind} CPU meeting {FLOOR}{call}"
                           + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
         skipped.append(f"{path.describe()}: {reason}")
