@@ -38,7 +38,7 @@ import numpy as np
 from bench import ov_attention_kernels, runtime_venv
 from bench.flops import encoder_flops
 from bench.ov_attention_kernels import attention_model
-from bench.runtime_worker import profile_of
+from bench.runtime_worker import second_run_profile
 from bench.runtimes import Worker
 from bench.timing import load_average, write_results
 from builders.config import load_config
@@ -238,9 +238,7 @@ def attention_profile(vision: dict, grid: list[list[int]], precision: str, threa
                                                 {}, profile=True)
     request = compiled.create_infer_request()
     feeds = {n: np.random.default_rng(0).standard_normal((frames, rows, width), dtype=np.float32) for n in "qkv"}
-    request.infer(feeds)
-    request.infer(feeds)  # the second run's profile, as bench.runtime_worker's
-    return profile_of(request)[:6]
+    return second_run_profile(request, lambda: request.infer(feeds))[:6]
 
 
 def embed_also(manifest: dict, size: int) -> list[tuple[str, ...]]:

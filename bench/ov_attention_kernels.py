@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.runtime_worker import profile_of
+from bench.runtime_worker import second_run_profile
 from bench.timing import interleaved, write_results
 from core import cpu
 from core.machine import describe, machine
@@ -130,9 +130,7 @@ def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
         profiled = compile_cpu(model, precision, threads, extra, profile=True)
         kept[f"OpenVINO {label}"] = sdpa_kept(profiled)
         request = profiled.create_infer_request()
-        for _ in range(2):  # the second run's profile
-            run(request, feeds)
-        profiles[f"OpenVINO {label}"] = profile_of(request)[:4]
+        profiles[f"OpenVINO {label}"] = second_run_profile(request, lambda r=request: run(r, feeds))[:4]
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     q, k, v = (torch.from_numpy(a).view(1, rows, HEADS, WIDTH // HEADS).transpose(1, 2).to(dtype)

@@ -39,9 +39,11 @@ def test_the_table_bolds_the_default_of_each_case():
 
 
 def test_the_process_race_names_every_other_ranked_path(every_variant_packages, monkeypatch):
-    """On an AMX CPU (the tiny package ships no ov-int8: OpenVINO bf16 on fp32 first) the process race names ONNX Runtime INT8 and OpenVINO
-    f32 beside the default, not the default itself; on an AVX2 CPU, whose ranking is ONNX Runtime INT8 alone (the
-    default at 448^2), nothing at 448^2 and INT8 at 2048^2, where the default is fp32 (int8 measured up to 1024^2)."""
+    """On an AMX CPU (the tiny package ships no ov-int8: OpenVINO bf16 on fp32 first) the process race names every
+    other ranked path beside the default of its call, 4 photos: at 1024^2 OpenVINO bf16, so ONNX Runtime INT8 and
+    OpenVINO f32; at 448^2, too small a call for OpenVINO's compile to pay off, ONNX Runtime INT8, so the two
+    OpenVINO paths. On an AVX2 CPU, whose ranking is ONNX Runtime INT8 alone (the default at 448^2), nothing at
+    448^2 and INT8 at 2048^2, where the default is fp32 (int8 measured up to 1024^2)."""
     import json
 
     manifest = json.loads((every_variant_packages["qwen3-vl"] / "manifest.json").read_text())
@@ -50,7 +52,9 @@ def test_the_process_race_names_every_other_ranked_path(every_variant_packages, 
     monkeypatch.setattr(path_choice, "cpu_class", lambda: path_choice.AMX)
     assert path_choice.choose(manifest, largest=path_choice.Largest(448 * 448)).path == \
         path_choice.Path("openvino", "fp32", "bf16")
-    assert cpu_race.embed_also(manifest, 448) == [("--engine", "onnxruntime", "--variant", "int8"),
+    assert cpu_race.embed_also(manifest, 1024) == [("--engine", "onnxruntime", "--variant", "int8"),
+                                                    ("--engine", "openvino", "--variant", "fp32", "--precision", "f32")]
+    assert cpu_race.embed_also(manifest, 448) == [("--engine", "openvino", "--variant", "fp32", "--precision", "bf16"),
                                                    ("--engine", "openvino", "--variant", "fp32", "--precision", "f32")]
     monkeypatch.setattr(path_choice, "cpu_class", lambda: path_choice.AVX2)
     assert cpu_race.embed_also(manifest, 448) == []
