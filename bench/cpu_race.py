@@ -244,8 +244,7 @@ def attention_profile(vision: dict, grid: list[list[int]], precision: str, threa
 def embed_also(manifest: dict, size: int) -> list[tuple[str, ...]]:
     """`runtime embed` options naming each path the process race times beside the default at `size`^2: the other
     paths this CPU's class ranks and EMBED_ALSO, where the package ships the variant; the default itself left out."""
-    default = path_choice.choose(manifest, largest=path_choice.Largest(size * size, images=(size * size,) * len(
-        EMBED_PHOTOS))).path
+    default = path_choice.choose(manifest, largest=path_choice.Largest.of((size * size,) * len(EMBED_PHOTOS))).path
     shipped = {r.get("name") for r in manifest.get("variants", []) if isinstance(r, dict)}
     ranked = path_choice.RANKING.get(path_choice.cpu_class(), ())
     options = []
@@ -299,7 +298,8 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
             lines[label] = next((line for line in done.stderr.splitlines() if "path:" in line), "")
             if label.startswith("runtime embed"):
                 with np.load(tmp / "embed.npz") as out:
-                    features = {key: out[key] for key in out.files if out[key].dtype.kind == "f"}
+                    arrays = {key: out[key] for key in out.files}  # each read from the archive once
+                features = {key: value for key, value in arrays.items() if value.dtype.kind == "f"}
                 if label in first:
                     agree[label] = min(agree.get(label, 1.0), *(min_token_cosine(features[key], value)
                                                                 for key, value in first[label].items()))

@@ -91,11 +91,17 @@ def sdpa_kept(compiled) -> bool:
                for op in compiled.get_runtime_model().get_ops())
 
 
-def run(request, feeds: dict) -> dict:
-    """One run of a compiled form's `request` on q/k/v `feeds`: its state reset and `beam_idx` fed when it has them."""
-    request.reset_state()
+def runner(request, feeds: dict):
+    """A no-argument function running a compiled form's `request` once on q/k/v `feeds` and returning its outputs:
+    its state reset first and `beam_idx` fed where the form has them (the KV-cache form), decided here once."""
     names = {name for port in request.model_inputs for name in port.get_names()}
-    return request.infer({**feeds, **({"beam_idx": np.zeros(1, np.int32)} if "beam_idx" in names else {})})
+    full = {**feeds, **({"beam_idx": np.zeros(1, np.int32)} if "beam_idx" in names else {})}
+
+    def run() -> dict:
+        request.reset_state()
+        return request.infer(full)
+
+    return run
 
 
 def compile_cpu(model, precision: str, threads: int, extra: dict, profile: bool = False):
@@ -126,11 +132,11 @@ def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
     runners, profiles, kept = {}, {}, {}
     for label, (model, extra) in forms(rows).items():
         request = compile_cpu(model, precision, threads, extra).create_infer_request()
-        runners[f"OpenVINO {label}"] = lambda r=request: run(r, feeds)
+        runners[f"OpenVINO {label}"] = runner(request, feeds)
         profiled = compile_cpu(model, precision, threads, extra, profile=True)
         kept[f"OpenVINO {label}"] = sdpa_kept(profiled)
         request = profiled.create_infer_request()
-        profiles[f"OpenVINO {label}"] = second_run_profile(request, lambda r=request: run(r, feeds))[:4]
+        profiles[f"OpenVINO {label}"] = second_run_profile(request, runner(request, feeds))[:4]
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     q, k, v = (torch.from_numpy(a).view(1, rows, HEADS, WIDTH // HEADS).transpose(1, 2).to(dtype)

@@ -160,7 +160,7 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
                       list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
         each = tuple(min(rgb.shape[0] * rgb.shape[1], processor_pixels) for _, rgb in (*loaded[0], *loaded[1]))
         choice = path_choice.choose(manifest, engine.name, variant, engine.precision,
-                                    largest=path_choice.Largest(max(each), images=each))
+                                    largest=path_choice.Largest.of(each))
         engine, variant = choice.engine, choice.variant
         model = model_file(folder, manifest, variant)
         if model.suffix == ".xml" and engine.name != "openvino":  # an OpenVINO IR (the ov-int8 variant)

@@ -162,6 +162,11 @@ class Largest:
     what: str = "this call's largest image has"
     images: tuple[int, ...] = ()
 
+    @classmethod
+    def of(cls, images: tuple[int, ...]) -> Largest:
+        """A call known in full: its images' and frames' pixels, the largest of them."""
+        return cls(max(images), images=images)
+
 
 #: Seconds a `runtime embed` process spends on OpenVINO before its first inference beyond what ONNX Runtime spends
 #: (reading and compiling the model), per CPU class, Qwen3-VL-2B's ov-int8 IR, 2 threads.
@@ -254,11 +259,11 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
             continue
         reason = _refusal(manifest, path, have_openvino, have_bf16, largest)
         if reason is None:
-            call = (f" for {len(largest.images)} image(s) of {sum(largest.images):,} pixels, too few for OpenVINO's "
-                    f"compile (~{OPENVINO_SETUP_S[kind]:.1f} s) to pay off") if small and path.engine != "openvino" \
-                else ""
-            return Choice(path, f"auto: fastest on a {kind} CPU meeting {FLOOR}{call}"
-                          + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
+            why = f"auto: fastest on a {kind} CPU meeting {FLOOR}"
+            if small and path.engine == "onnxruntime":
+                why += (f" for {len(largest.images)} image(s) of {sum(largest.images):,} pixels, too few for "
+                        f"OpenVINO's compile (~{OPENVINO_SETUP_S[kind]:.1f} s) to pay off")
+            return Choice(path, why + (f"; skipped {'; '.join(skipped)}" if skipped else ""))
         skipped.append(f"{path.describe()}: {reason}")
     last = LAST if variant is None else Path(_engine_for(manifest, variant), variant)
     return Choice(last, f"auto on a {kind} CPU" + (f"; skipped {'; '.join(skipped)}" if skipped else ""))

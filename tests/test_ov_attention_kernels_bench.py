@@ -29,9 +29,9 @@ def test_every_form_is_the_same_attention():
              "SDPA op": (bench.sdpa_model(rows, heads, width), {}),
              "SDPA op, KV-cache form": (bench.sdpa_model(rows, heads, width, kv_cache=True), {})}
     for label, (model, extra) in forms.items():
-        request = bench.compile_cpu(model, "f32", 1, extra).create_infer_request()
+        run = bench.runner(bench.compile_cpu(model, "f32", 1, extra).create_infer_request(), feeds)
         for _ in range(2):  # the KV-cache form's state is reset before each run, so the second equals the first
-            out = bench.run(request, feeds)
+            out = run()
         np.testing.assert_allclose(next(iter(out.values())), expected, atol=1e-5, err_msg=label)
 
 

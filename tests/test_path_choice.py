@@ -195,14 +195,14 @@ def test_a_small_call_takes_onnxruntime_first_where_openvino_would_not_pay_off()
     package["variants"][2]["file"] = "openvino/vision_encoder_int8.xml"
     for kind in (AMX, AVX512_BF16):
         ask = {"cpu_kind": kind, "have_openvino": True, "have_bf16": True}
-        choice = pc.choose(package, largest=pc.Largest(small, images=(small,) * 4), **ask)
+        choice = pc.choose(package, largest=pc.Largest.of((small,) * 4), **ask)
         assert choice.path == Path("onnxruntime", "int8"), kind
         assert (f"for 4 image(s) of 802,816 pixels, too few for OpenVINO's compile "
                 f"(~{pc.OPENVINO_SETUP_S[kind]:.1f} s) to pay off") in choice.line()
-        assert pc.choose(package, largest=pc.Largest(one_k, images=(one_k,) * 4), **ask).path == \
+        assert pc.choose(package, largest=pc.Largest.of((one_k,) * 4), **ask).path == \
             Path("openvino", "ov-int8", "bf16")
         assert pc.choose(package, largest=pc.Largest(small), **ask).path == Path("openvino", "ov-int8", "bf16")
-        assert pc.choose(package, "openvino", "ov-int8", "bf16", largest=pc.Largest(small, images=(small,)),
+        assert pc.choose(package, "openvino", "ov-int8", "bf16", largest=pc.Largest.of((small,)),
                          **ask).path == Path("openvino", "ov-int8", "bf16")
     # one 1024^2 photo: 4.1 s saved, over AMX's 3.6 s setup, under Zen 4's 6.7 s
     assert pc.openvino_pays_off(AMX, (one_k,)) and not pc.openvino_pays_off(AVX512_BF16, (one_k,))
@@ -210,11 +210,11 @@ def test_a_small_call_takes_onnxruntime_first_where_openvino_would_not_pay_off()
     # where ORT INT8 may not run, OpenVINO still does
     under = measured(manifest(int8=0.99700, ov_int8=(0.99810, 0.99816)), int8=one_k, ov_int8=one_k)
     under["variants"][2]["file"] = "openvino/vision_encoder_int8.xml"
-    fallback = pc.choose(under, largest=pc.Largest(small, images=(small,)), cpu_kind=AMX, have_openvino=True,
+    fallback = pc.choose(under, largest=pc.Largest.of((small,)), cpu_kind=AMX, have_openvino=True,
                          have_bf16=True)
     assert fallback.path == Path("openvino", "ov-int8", "bf16") and "too few" not in fallback.line()
     # classes without OpenVINO in their ranking are unchanged
-    assert pc.choose(package, largest=pc.Largest(small, images=(small,)), cpu_kind=VNNI, have_openvino=True,
+    assert pc.choose(package, largest=pc.Largest.of((small,)), cpu_kind=VNNI, have_openvino=True,
                      have_bf16=False).path == Path("onnxruntime", "int8")
 
 
