@@ -11,6 +11,8 @@ its first run at a large new shape costs more than the runs saved by packing). F
   `ENTRY.image_features` [t*h*w/4, out_hidden], `ENTRY.deepstack_embeds_K` likewise;
 - Phi-4-multimodal (images only): `ENTRY.image_size` int64 [2] (HD canvas height, width),
   `ENTRY.num_crops` int64 (with the global crop), `ENTRY.image_features` [tokens, out_hidden].
+The session opens in a background thread from the moment the images' headers are read, while the processor
+(transformers), the images and the preprocessing load in Python (`choose_model`, `opened`).
 Bad input (unreadable image, empty folder, a package of another model, ...) is one `error:` line and
 exit 2, with nothing written. `--engine qnn` runs the package's static buckets on Qualcomm's NPU instead
 (runtime/npu_embed.py: one bucket per image, `ENTRY.bucket` added).
@@ -18,6 +20,7 @@ exit 2, with nothing written. `--engine qnn` runs the package's static buckets o
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +139,28 @@ def _earlier_result(path: Path) -> bool:
         return False
 
 
+def choose_model(folder: Path, manifest: dict, engine: Engine, variant: str | None,
+                 largest: path_choice.Largest) -> tuple[path_choice.Choice, Path]:
+    """The path (`runtime.path_choice`) for a call whose images the model sees at `largest`, and its model file;
+    UsageError for an OpenVINO IR asked of another engine."""
+    choice = path_choice.choose(manifest, engine.name, variant, engine.precision, largest=largest)
+    model = model_file(folder, manifest, choice.variant)
+    if model.suffix == ".xml" and choice.engine.name != "openvino":  # an OpenVINO IR (the ov-int8 variant)
+        raise UsageError(f"variant {choice.variant!r} ({model.relative_to(folder)}) is an OpenVINO IR: run it with "
+                         "--engine openvino")
+    return choice, model
+
+
+def opened(opening: Future, usable: bool, engine: Engine, model: Path, threads: int | None):
+    """The session `opening` gives when it opened the path that runs (`usable`), else (dropped once open) one of
+    `model` on `engine`."""
+    sess = opening.result()
+    if usable:
+        return sess
+    del sess
+    return engine.open(model, threads)
+
+
 def embed(image_args: list[str], video_args: list[str], package: Path, variant: str | None, out: Path,
           threads: int | None = None, force=False, engine: Engine = engines.DEFAULT,
           max_image_pixels: int | None = None) -> dict[str, np.ndarray]:
@@ -148,9 +173,16 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
     if not image_paths and not frame_paths:
         raise UsageError("give at least one IMAGE or --video FRAME ...")
     out = check_result_file(out, [*image_paths, *frame_paths, package], force, ".npz", _earlier_result)
-    with unpack.opened(package) as folder:
+    with unpack.opened(package) as folder, ThreadPoolExecutor(1, thread_name_prefix="open-session") as opener:
         manifest = read_manifest(folder)
         family_name = manifest["family"]
+        # The path for the images' sizes as their headers give them, and its session opening in the background (ONNX
+        # Runtime's load and graph optimization, OpenVINO's compile: C++ that runs beside Python) while the
+        # processor, transformers and the images load; the processor's downsizing can change the path only past
+        # its max_pixels, and then the right session opens after (`opened`).
+        headers = tuple(images.header_pixels(p) for p in (*image_paths, *frame_paths))
+        early = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(headers))
+        opening = opener.submit(early[0].engine.open, early[1], threads)
         processing = family(family_name).processing
         processor_pixels = int(processing.max_pixels(folder))  # it downsizes any larger image to this
         budget = images.pixel_budget(processor_pixels, max_image_pixels)
@@ -159,18 +191,13 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
             loaded = (list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
                       list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
         each = tuple(min(rgb.shape[0] * rgb.shape[1], processor_pixels) for _, rgb in (*loaded[0], *loaded[1]))
-        choice = path_choice.choose(manifest, engine.name, variant, engine.precision,
-                                    largest=path_choice.Largest.of(each))
+        choice, model = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(each))
         engine, variant = choice.engine, choice.variant
-        model = model_file(folder, manifest, variant)
-        if model.suffix == ".xml" and engine.name != "openvino":  # an OpenVINO IR (the ov-int8 variant)
-            raise UsageError(f"variant {variant!r} ({model.relative_to(folder)}) is an OpenVINO IR: run it with "
-                             "--engine openvino")
         say(choice.line(), TAG)
         with step(f"preprocess {what}", tag=TAG):
             packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.one_entry_per_run
                      else [processing.embed_pack(folder, *loaded)])
-        sess = engine.open(model, threads)
+        sess = opened(opening, (choice.path, model) == (early[0].path, early[1]), engine, model, threads)
         names = [name for pack in packs for name in pack.names]
         with step(f"run {model.relative_to(folder)} on {len(names)} entries "
                   f"({sum(sum(pack.tokens) for pack in packs)} tokens, {engine.describe()}"

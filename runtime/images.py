@@ -12,12 +12,12 @@ a path the file system refuses (a name too long) and an image past the budget ra
 """
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
-from transformers.image_transforms import convert_to_rgb
 
 from core.errors import UsageError
 
@@ -63,24 +63,17 @@ def _is_file(path: Path) -> bool:
         raise UsageError(f"image {shown(path)} cannot be read ({getattr(err, 'strerror', None) or err})") from None
 
 
-def open_image(path: str | Path, max_pixels: int | None = None) -> Image.Image:
-    """The fully decoded, upright image of `path` (mode kept); UsageError if it is not a readable image of FORMATS
-    or (`max_pixels` given) holds more pixels than that, found from its header before decoding."""
-    path = Path(path)
+@contextmanager
+def _reading(path: Path) -> Iterator[Image.Image]:
+    """The image file at `path`, opened (header read, nothing decoded), for the length of the block; UsageError if it
+    is not a readable image of FORMATS (here or where the block decodes it)."""
     if not _is_file(path):
         raise UsageError(f"image {shown(path)} does not exist or is not a file")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path, formats=FORMATS) as image:
-                width, height = image.size
-                if max_pixels is not None and width * height > max_pixels:
-                    raise UsageError(f"{shown(path)} is {width}x{height} = {width * height:,} pixels, past the image "
-                                     f"budget of {max_pixels:,} ({BUDGET_FACTOR}x the processor's max_pixels unless "
-                                     "set); refused before decoding: shrink it, or raise the budget with "
-                                     "--max-image-pixels")
-                image.load()  # decode now: truncated data fails here, not later
-                return ImageOps.exif_transpose(image)
+                yield image
     except UnidentifiedImageError:
         raise UsageError(f"{shown(path)} is not an image in a format this runtime reads ({', '.join(FORMATS)}; "
                          "wrong format or not an image)") from None
@@ -88,8 +81,32 @@ def open_image(path: str | Path, max_pixels: int | None = None) -> Image.Image:
         raise UsageError(f"{shown(path)} is not a readable image ({str(err).splitlines()[0]})") from None
 
 
+def header_pixels(path: str | Path) -> int:
+    """Width x height of the image file at `path`, from its header (nothing decoded); UsageError as `open_image`."""
+    with _reading(Path(path)) as image:
+        width, height = image.size
+        return width * height
+
+
+def open_image(path: str | Path, max_pixels: int | None = None) -> Image.Image:
+    """The fully decoded, upright image of `path` (mode kept); UsageError if it is not a readable image of FORMATS
+    or (`max_pixels` given) holds more pixels than that, found from its header before decoding."""
+    with _reading(Path(path)) as image:
+        width, height = image.size
+        if max_pixels is not None and width * height > max_pixels:
+            raise UsageError(f"{shown(path)} is {width}x{height} = {width * height:,} pixels, past the image "
+                             f"budget of {max_pixels:,} ({BUDGET_FACTOR}x the processor's max_pixels unless "
+                             "set); refused before decoding: shrink it, or raise the budget with "
+                             "--max-image-pixels")
+        image.load()  # decode now: truncated data fails here, not later
+        return ImageOps.exif_transpose(image)
+
+
 def to_rgb(image: Image.Image) -> np.ndarray:
-    """uint8 [H, W, 3]: the processors' RGB conversion of a pillow image."""
+    """uint8 [H, W, 3]: the processors' RGB conversion of a pillow image. transformers is imported here, at the
+    first image, not with this module: `runtime embed` opens its session while transformers loads (~2 s)."""
+    from transformers.image_transforms import convert_to_rgb
+
     return convert_to_rgb(image, return_numpy=True)
 
 
