@@ -121,6 +121,48 @@ def test_video_and_images_match_eager(qwen_dist, qwen_eager, photos, transformer
         assert_entry(result, "image_0", image, names, tolerance)
 
 
+def test_session_opens_once_and_again_when_downsizing_changes_the_path(qwen_dist, qwen_eager, photos, tmp_path,
+                                                                        capsys, monkeypatch):
+    """The session opens (in the background) on the path chosen from the images' header sizes: once when the
+    processor's sizes choose the same path; when they choose another (a stand-in rule: OpenVINO f32 for the header
+    sizes, ONNX Runtime for the processor's), the first session is dropped and the chosen one runs: ONNX Runtime's
+    result, at the export's tolerance of eager."""
+    pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    from core import session
+    from core.engine import Engine
+    from runtime import path_choice
+
+    visual, tolerance, names = qwen_eager
+    opened, real_open = [], Engine.open
+    monkeypatch.setattr(Engine, "open", lambda self, model, threads=None:
+                        opened.append((self.name, Path(model).name)) or real_open(self, model, threads))
+    inputs = [photos["astronaut"], "--package", qwen_dist / QWEN]
+    assert embed([*inputs, "--out", tmp_path / "once.npz"], capsys)[0] == 0
+    assert opened == [("onnxruntime", "vision_encoder.onnx")]
+
+    seen, real_choose = [], path_choice.choose
+
+    def stand_in(manifest, engine="auto", variant=None, precision=None, largest=None, **machine):
+        seen.append(largest.images)
+        first = len(seen) == 1
+        return real_choose(manifest, "openvino" if first else "onnxruntime", "fp32", "f32" if first else None,
+                           largest=largest)
+
+    monkeypatch.setattr(path_choice, "choose", stand_in)
+    ran, real_run = [], session.run
+    monkeypatch.setattr(session, "run", lambda sess, feeds: ran.append(type(sess).__name__) or real_run(sess, feeds))
+    opened.clear()
+    code, _, err = embed([*inputs, "--out", tmp_path / "again.npz"], capsys)
+    assert code == 0 and "path: onnxruntime, variant fp32" in err, err
+    assert opened == [("openvino", "vision_encoder.onnx"), ("onnxruntime", "vision_encoder.onnx")]
+    assert len(ran) == 1 and "OpenVINO" not in ran[0], ran  # the dropped session never runs
+    width, height = Image.open(photos["astronaut"]).size
+    assert seen[0] == (width * height,)  # the header's size, before the processor loads
+    with np.load(tmp_path / "again.npz") as result:
+        expected, _ = qwen_image_reference(qwen_dist / QWEN, visual, photos["astronaut"])
+        assert_entry(result, "image_0", expected, names, tolerance)
+
+
 def test_many_files_print_progress(qwen_dist, tmp_path, capsys):
     folder = tmp_path / "many"
     folder.mkdir()
