@@ -187,8 +187,8 @@ def test_a_quantized_variant_runs_only_on_images_its_gates_measured():
 
 
 def test_a_small_call_takes_onnxruntime_first_where_openvino_would_not_pay_off():
-    """AMX, cache off (bench/results/cpu-race-amx-processes.md): 4 photos at 448^2 ORT INT8 9.65 s against ov-int8
-    12.53 s, at 1024^2 ov-int8 37.1 s against 58.2 s. A call known in full whose OpenVINO saving is under the class's
+    """AMX, cache off (bench/results/cpu-race-amx-processes.md): 4 photos at 448^2 ORT INT8 7.47 s against ov-int8
+    10.72 s, at 1024^2 ov-int8 41.84 s against 58.54 s. A call known in full whose OpenVINO saving is under the class's
     setup takes ORT INT8 and says why; a larger call, a collection (no images) and an explicit engine do not."""
     one_k, small = 1024 * 1024, 448 * 448
     package = measured(manifest(int8=0.99830, ov_int8=(0.99810, 0.99816)), int8=one_k, ov_int8=one_k)
