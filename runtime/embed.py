@@ -12,7 +12,7 @@ its first run at a large new shape costs more than the runs saved by packing). F
 - Phi-4-multimodal (images only): `ENTRY.image_size` int64 [2] (HD canvas height, width),
   `ENTRY.num_crops` int64 (with the global crop), `ENTRY.image_features` [tokens, out_hidden].
 The session opens in a background thread from the moment the images' headers are read, while the processor
-(transformers), the images and the preprocessing load in Python (`choose_model`, `opened`).
+(transformers), the images and the preprocessing load in Python (`runtime.session_opening`).
 Bad input (unreadable image, empty folder, a package of another model, ...) is one `error:` line and
 exit 2, with nothing written. `--engine qnn` runs the package's static buckets on Qualcomm's NPU instead
 (runtime/npu_embed.py: one bucket per image, `ENTRY.bucket` added).
@@ -20,7 +20,6 @@ exit 2, with nothing written. `--engine qnn` runs the package's static buckets o
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +34,7 @@ from core.staging import add_clobber_argument, check_result_file, is_marked_resu
 from families import family
 from families.base import Pack
 from runtime import buckets, images, npu, path_choice, unpack
+from runtime.session_opening import SessionOpening
 
 TAG = "embed"
 MODEL_STEM = "onnx/vision_encoder"
@@ -151,16 +151,6 @@ def choose_model(folder: Path, manifest: dict, engine: Engine, variant: str | No
     return choice, model
 
 
-def opened(opening: Future, usable: bool, engine: Engine, model: Path, threads: int | None):
-    """The session `opening` gives when it opened the path that runs (`usable`), else (dropped once open) one of
-    `model` on `engine`."""
-    sess = opening.result()
-    if usable:
-        return sess
-    del sess
-    return engine.open(model, threads)
-
-
 def embed(image_args: list[str], video_args: list[str], package: Path, variant: str | None, out: Path,
           threads: int | None = None, force=False, engine: Engine = engines.DEFAULT,
           max_image_pixels: int | None = None) -> dict[str, np.ndarray]:
@@ -173,41 +163,47 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
     if not image_paths and not frame_paths:
         raise UsageError("give at least one IMAGE or --video FRAME ...")
     out = check_result_file(out, [*image_paths, *frame_paths, package], force, ".npz", _earlier_result)
-    with unpack.opened(package) as folder, ThreadPoolExecutor(1, thread_name_prefix="open-session") as opener:
+    with unpack.opened(package) as folder:
         manifest = read_manifest(folder)
-        family_name = manifest["family"]
-        # The path for the images' sizes as their headers give them, and its session opening in the background (ONNX
-        # Runtime's load and graph optimization, OpenVINO's compile: C++ that runs beside Python) while the
-        # processor, transformers and the images load; the processor's downsizing can change the path only past
-        # its max_pixels, and then the right session opens after (`opened`).
+        # The path for the images' sizes as their headers give them, its session opening in the background while
+        # transformers, the processor and the images load; the processor's downsizing can change the path only past
+        # its max_pixels, and then that path's session opens after.
         headers = tuple(images.header_pixels(p) for p in (*image_paths, *frame_paths))
-        early = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(headers))
-        opening = opener.submit(early[0].engine.open, early[1], threads)
-        processing = family(family_name).processing
-        processor_pixels = int(processing.max_pixels(folder))  # it downsizes any larger image to this
-        budget = images.pixel_budget(processor_pixels, max_image_pixels)
-        what = f"{len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video" if frame_paths else "")
-        with step(f"load {what}", tag=TAG):
-            loaded = (list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
-                      list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
-        each = tuple(min(rgb.shape[0] * rgb.shape[1], processor_pixels) for _, rgb in (*loaded[0], *loaded[1]))
-        choice, model = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(each))
-        engine, variant = choice.engine, choice.variant
-        say(choice.line(), TAG)
-        with step(f"preprocess {what}", tag=TAG):
-            packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.one_entry_per_run
-                     else [processing.embed_pack(folder, *loaded)])
-        sess = opened(opening, (choice.path, model) == (early[0].path, early[1]), engine, model, threads)
-        names = [name for pack in packs for name in pack.names]
-        with step(f"run {model.relative_to(folder)} on {len(names)} entries "
-                  f"({sum(sum(pack.tokens) for pack in packs)} tokens, {engine.describe()}"
-                  f"{', one entry per run' if len(packs) > 1 else ''})", tag=TAG):
-            result = {"entries": np.array(names)}
-            for pack in packs:
-                feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
-                result.update({k: v for k, v in split(session.run(sess, feeds), pack).items() if k != "entries"})
+        early, early_model = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(headers))
+        with SessionOpening(early.engine, early_model, threads) as opening:
+            result = _embed(folder, manifest, opening, image_paths, frame_paths, engine, variant, max_image_pixels)
     with staged_file(out) as tmp:
         np.savez(tmp, **result)
+    return result
+
+
+def _embed(folder: Path, manifest: dict, opening: SessionOpening, image_paths: list[Path], frame_paths: list[Path],
+           engine: Engine, variant: str | None, max_image_pixels: int | None) -> dict[str, np.ndarray]:
+    """`embed` inside the unpacked package, its session opening: load, choose, preprocess, run; the npz content."""
+    family_name = manifest["family"]
+    processing = family(family_name).processing
+    processor_pixels = int(processing.max_pixels(folder))  # it downsizes any larger image to this
+    budget = images.pixel_budget(processor_pixels, max_image_pixels)
+    what = f"{len(image_paths)} image(s)" + (f" and a {len(frame_paths)}-frame video" if frame_paths else "")
+    with step(f"load {what}", tag=TAG):
+        loaded = (list(zip(image_paths, load_images(image_paths, max_pixels=budget))),
+                  list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
+    each = tuple(min(rgb.shape[0] * rgb.shape[1], processor_pixels) for _, rgb in (*loaded[0], *loaded[1]))
+    choice, model = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(each))
+    engine = choice.engine
+    say(choice.line(), TAG)
+    with step(f"preprocess {what}", tag=TAG):
+        packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.one_entry_per_run
+                 else [processing.embed_pack(folder, *loaded)])
+    sess = opening.session(engine, model)
+    names = [name for pack in packs for name in pack.names]
+    with step(f"run {model.relative_to(folder)} on {len(names)} entries "
+              f"({sum(sum(pack.tokens) for pack in packs)} tokens, {engine.describe()}"
+              f"{', one entry per run' if len(packs) > 1 else ''})", tag=TAG):
+        result = {"entries": np.array(names)}
+        for pack in packs:
+            feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
+            result.update({k: v for k, v in split(session.run(sess, feeds), pack).items() if k != "entries"})
     return result
 
 

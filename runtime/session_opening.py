@@ -1,0 +1,56 @@
+"""A session opening in a background thread while Python goes on (torch-free).
+
+ONNX Runtime's load and graph optimization of a model file and OpenVINO's compile are C++ that releases the GIL, so
+they run beside Python's own loading (transformers, the processor, the images): `runtime embed` starts a session
+this way as soon as it knows its path, and a process's start costs about the longer of the two, not their sum
+(docs/benchmarks.md, the process race on the AMX Xeon).
+
+    with SessionOpening(engine, model, threads) as opening:
+        ...                                    # Python's loading
+        sess = opening.session(engine, model)  # the one opened, or (when the path changed) a new one
+
+Leaving the block waits for the thread, so an error raised meanwhile never leaves a session opening behind.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Self
+
+from core.engine import Engine
+
+
+class SessionOpening:
+    """A session of `model` on `engine` (`threads`: intra-op) opening in a background thread."""
+
+    def __init__(self, engine: Engine, model: Path, threads: int | None):
+        self.engine, self.model, self.threads = engine, model, threads
+        self._opened: list = []  # the session, once open; emptied when handed out or dropped
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._open, name="open-session")
+        self._thread.start()
+
+    def _open(self) -> None:
+        try:
+            self._opened.append(self.engine.open(self.model, self.threads))
+        except Exception as err:  # noqa: BLE001 - raised in the caller's thread by `session`
+            self._error = err
+
+    def session(self, engine: Engine, model: Path):
+        """A session of `model` on `engine`: the one opened here when it is that (waiting for it; its error, if any,
+        raised here), else a new one, this one dropped once open."""
+        self._thread.join()
+        if (engine, model) != (self.engine, self.model):
+            self._opened.clear()
+            return engine.open(model, self.threads)
+        if self._error is not None:
+            raise self._error
+        return self._opened.pop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._thread.join()
+        self._opened.clear()
