@@ -6,8 +6,8 @@ have none).
 About 45-90 s from the local package index. pip byte-compiles at install, as it does for users: where
 PYTHONDONTWRITEBYTECODE is set (this project's sandboxes and CI set it) nothing is cached at the first import,
 and a venv installed with `--no-compile` compiles transformers' and numpy's sources again in every process,
-2-3 s of each `runtime embed` (cProfile of one, by hand: Intel Xeon with AMX, 2 cores, 2026-11-28, 813 modules, 2.1 s in
-`compile`).
+2-3 s of each `runtime embed` (cProfile of one, by hand: Intel Xeon with AMX, 2 cores, 2026-11-28, 813 modules,
+2.1 s in `compile`).
 """
 
 from __future__ import annotations

@@ -173,9 +173,9 @@ class Largest:
 #: amx: 3.6 s, the median of three runs of bench/results/cpu-race-amx-processes.md, 4 photos at 448^2: ov-int8
 #: 12.53, 12.06 and 10.72 s against ORT INT8 9.65, 9.65 and 7.47 s, plus the 4 x 0.17 s ov-int8's inference saves:
 #: 3.6, 3.1 and 3.9 s (the last with `runtime embed` opening its session while Python loads, which hides ONNX
-#: Runtime's load more than OpenVINO's first run at a shape; the earlier files are in the git history); avx512-bf16: 6.7 s (AMD EPYC Zen 4: 1.3 s more than ORT INT8
-#: with the compiled model read back in 0.7 s, bench/results/cpu-race-avx512-bf16-processes.md, plus its 6.1 s
-#: compile, core.openvino_session's earlier figure).
+#: Runtime's load more than OpenVINO's first run at a shape; the earlier files are in the git history);
+#: avx512-bf16: 6.7 s (AMD EPYC Zen 4: 1.3 s more than ORT INT8 with the compiled model read back in 0.7 s,
+#: bench/results/cpu-race-avx512-bf16-processes.md, plus its 6.1 s compile, core.openvino_session's earlier figure).
 OPENVINO_SETUP_S = {AMX: 3.6, AVX512_BF16: 6.7}
 
 

@@ -26,14 +26,14 @@ class SessionOpening:
 
     def __init__(self, engine: Engine, model: Path, threads: int | None):
         self.engine, self.model, self.threads = engine, model, threads
-        self._opened: list = []  # the session, once open; emptied when handed out or dropped
+        self._session = None  # once open; None again when handed out or dropped
         self._error: Exception | None = None
         self._thread = threading.Thread(target=self._open, name="open-session")
         self._thread.start()
 
     def _open(self) -> None:
         try:
-            self._opened.append(self.engine.open(self.model, self.threads))
+            self._session = self.engine.open(self.model, self.threads)
         except Exception as err:  # noqa: BLE001 - raised in the caller's thread by `session`
             self._error = err
 
@@ -41,16 +41,17 @@ class SessionOpening:
         """A session of `model` on `engine`: the one opened here when it is that (waiting for it; its error, if any,
         raised here), else a new one, this one dropped once open."""
         self._thread.join()
+        sess, self._session = self._session, None
         if (engine, model) != (self.engine, self.model):
-            self._opened.clear()
+            del sess
             return engine.open(model, self.threads)
         if self._error is not None:
             raise self._error
-        return self._opened.pop()
+        return sess
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
         self._thread.join()
-        self._opened.clear()
+        self._session = None
