@@ -13,6 +13,10 @@ batched attention, the If branch taken when every segment has one size), in the 
                           Concat into Assign; the cache empty, reset before every run): the pattern the plugin's
                           StatefulSDPAFusion keeps as its own ScaledDotProductAttentionWithKVCache node
   PyTorch sdpa            torch.nn.functional.scaled_dot_product_attention on [1, 16, N, 64] (the reference)
+  ..., AMX off            (bf16 on an AMX CPU) the fused MHA and snippets-off forms again in a child process with
+                          oneDNN capped below AMX (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16): the profile labels a
+                          snippets `Subgraph` by its host ISA (`jit_avx512_bf16`) whether or not its matrix
+                          products run on AMX, so only the time lost without AMX tells
 at f32 and bf16, interleaved medians of --reps runs after a warm run; OpenVINO's per-op profile (PERF_COUNT) of a
 second compile. FLOP: 4 N^2 x 1024 (QK^T and PV). Writes bench/results/ov-attention-kernels[-SUFFIX].json/.md.
 """
@@ -20,6 +24,9 @@ second compile. FLOP: 4 N^2 x 1024 (QK^T and PV). Writes bench/results/ov-attent
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +41,8 @@ from core.machine import describe, machine
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "ov-attention"
 HEADS, WIDTH = 16, 1024  # Qwen3-VL-2B's vision tower
+NO_AMX_ISA = "AVX512_CORE_BF16"  # oneDNN's ISA cap for the AMX-off rows: AVX-512 with BF16, no AMX
+AMX_GAIN = 1.5  # the MHA node's slow-down without AMX that says it ran on AMX (amx_verdict)
 
 
 def attention_model(frames: int, rows: int, heads: int = HEADS, width: int = WIDTH) -> bytes:
@@ -123,29 +132,82 @@ def forms(rows: int) -> dict:
             "SDPA op": (sdpa_model(rows), {}), "SDPA op, KV-cache form": (sdpa_model(rows, kv_cache=True), {})}
 
 
-def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
-    """Every form at `rows` and `precision`: {label: {median_s, times_s, tflops, profile, sdpa_kept}}."""
-    import torch
-
-    feeds = {n: np.random.default_rng(i).standard_normal((1, rows, WIDTH), dtype=np.float32)
-             for i, n in enumerate("qkv")}
-    runners, profiles, kept = {}, {}, {}
+def openvino_forms(rows: int, precision: str, threads: int, labels=None) -> tuple[dict, dict]:
+    """The OpenVINO forms at `rows` and `precision` (all, or those in `labels`) compiled: ({"OpenVINO LABEL": a
+    no-argument runner}, {"OpenVINO LABEL": {profile, sdpa_kept}}), the profile that of a second compile's second
+    run."""
+    feeds = inputs(rows)
+    runners, facts = {}, {}
     for label, (model, extra) in forms(rows).items():
+        if labels is not None and label not in labels:
+            continue
         request = compile_cpu(model, precision, threads, extra).create_infer_request()
         runners[f"OpenVINO {label}"] = runner(request, feeds)
         profiled = compile_cpu(model, precision, threads, extra, profile=True)
-        kept[f"OpenVINO {label}"] = sdpa_kept(profiled)
         request = profiled.create_infer_request()
-        profiles[f"OpenVINO {label}"] = second_run_profile(request, runner(request, feeds))[:4]
+        facts[f"OpenVINO {label}"] = {"profile": second_run_profile(request, runner(request, feeds))[:4],
+                                      "sdpa_kept": sdpa_kept(profiled)}
+    return runners, facts
+
+
+def openvino_runs(rows: int, precision: str, threads: int, reps: int, labels=None) -> dict:
+    """`openvino_forms` timed, interleaved: {"OpenVINO LABEL": {median_s, times_s, profile, sdpa_kept}}."""
+    runners, facts = openvino_forms(rows, precision, threads, labels)
+    return {label: {**r, **facts[label]} for label, r in interleaved(runners, reps).items()}
+
+
+def inputs(rows: int) -> dict:
+    """q, k, v [1, rows, WIDTH] float32, the same in every process."""
+    return {n: np.random.default_rng(i).standard_normal((1, rows, WIDTH), dtype=np.float32)
+            for i, n in enumerate("qkv")}
+
+
+def without_amx(rows: int, threads: int, reps: int) -> dict:
+    """The fused MHA and snippets-off forms in bf16, timed in a child process whose oneDNN is capped below AMX
+    (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, which OpenVINO's CPU plugin honours for its own kernels too): the rows
+    "... , AMX off". Since the plugin labels every snippets `Subgraph` by its host ISA (`jit_avx512_bf16`, AMX
+    or not), only this comparison shows whether the fused attention's matrix products run on AMX."""
+    labels = ["fused MHA (what runs)", "snippets off"]
+    done = subprocess.run([sys.executable, "-m", "bench.ov_attention_kernels", "--child", str(rows), str(threads),
+                           str(reps), *labels], check=True, capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "ONEDNN_MAX_CPU_ISA": NO_AMX_ISA})
+    return {f"{label}, AMX off": r for label, r in json.loads(done.stdout.splitlines()[-1]).items()}
+
+
+def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
+    """Every form at `rows` and `precision`: {label: {median_s, times_s, tflops, profile, sdpa_kept}}; in bf16 on
+    an AMX CPU also the `without_amx` rows (their own process, right after; not interleaved with the rest)."""
+    import torch
+
+    runners, facts = openvino_forms(rows, precision, threads)
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     q, k, v = (torch.from_numpy(a).view(1, rows, HEADS, WIDTH // HEADS).transpose(1, 2).to(dtype)
-               for a in feeds.values())
+               for a in inputs(rows).values())
     runners["PyTorch sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    results = {label: {**r, **facts.get(label, {"profile": [], "sdpa_kept": None})}
+               for label, r in interleaved(runners, reps).items()}
+    if precision == "bf16" and cpu.has("amx_bf16"):
+        results.update(without_amx(rows, threads, reps))
     flop = 4 * rows * rows * WIDTH
-    return {label: {**r, "tflops": flop / r["median_s"] / 1e12, "profile": profiles.get(label, []),
-                    "sdpa_kept": kept.get(label)}
-            for label, r in interleaved(runners, reps).items()}
+    return {label: {**r, "tflops": flop / r["median_s"] / 1e12} for label, r in results.items()}
+
+
+def subgraph_seconds(profile: list[dict]) -> float:
+    """Seconds of the `Subgraph` nodes (snippets: the fused MHA) in a profile from `second_run_profile`."""
+    return sum(op["seconds"] for op in profile if op["type"] == "Subgraph")
+
+
+def amx_verdict(fused: dict, capped: dict) -> str:
+    """One sentence from the fused MHA's rows with and without AMX: whether its `Subgraph` ran on AMX. The MHA's
+    node time (profile) decides, not the run's wall time, which also holds the transposes around it; 1.5x is far
+    past the run-to-run spread of this node (a few %) and far under what AMX's tiles give (3x at 4096 patches)."""
+    ratio = subgraph_seconds(capped["profile"]) / max(subgraph_seconds(fused["profile"]), 1e-9)
+    verdict = ("so with AMX its matrix products run on AMX tiles, whatever its label says" if ratio >= AMX_GAIN else
+               "too little to say that its matrix products run on AMX here")
+    return (f"AMX off (a child process, oneDNN capped at {NO_AMX_ISA}, timed right after the rest): the fused MHA's "
+            f"`Subgraph` node takes {ratio:.2f}x as long (profile; the whole run "
+            f"{capped['median_s'] / fused['median_s']:.2f}x), {verdict}.")
 
 
 def markdown(result: dict) -> str:
@@ -160,6 +222,10 @@ def markdown(result: dict) -> str:
             ops = "; ".join(f"{o['type']} {o['exec']} {o['seconds']:.4f}" for o in r["profile"])
             kept = "" if r["sdpa_kept"] is None else ("yes" if r["sdpa_kept"] else "no")
             lines.append(f"| {label} | {r['median_s']:.4f} | {r['tflops']:.2f} | {kept} | {ops} |")
+        fused, capped = by_label.get("OpenVINO fused MHA (what runs)"), by_label.get(
+            "OpenVINO fused MHA (what runs), AMX off")
+        if fused and capped:
+            lines += ["", amx_verdict(fused, capped)]
         lines.append("")
     return "\n".join(lines)
 
@@ -172,7 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--suffix", default="")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)  # ROWS THREADS REPS LABEL...: without_amx's
     args = parser.parse_args(argv)
+    if args.child:  # one line of JSON: openvino_runs in bf16 on the labelled forms (its parent sets the ISA cap)
+        rows, threads, reps, *labels = args.child
+        print(json.dumps(openvino_runs(int(rows), "bf16", int(threads), int(reps), labels)))
+        return 0
     from core import openvino_session
 
     precisions = ("f32", "bf16") if openvino_session.bf16_supported() else ("f32",)

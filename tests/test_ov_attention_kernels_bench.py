@@ -50,3 +50,23 @@ def test_the_table_names_kernels_and_whether_sdpa_was_kept():
     text = bench.markdown(result)
     assert "| OpenVINO SDPA op | 0.2000 | 0.34 | no | Subgraph jit_avx512_bf16 0.1900 |" in text
     assert "| PyTorch sdpa | 0.2000 | 0.34 |  |  |" in text
+
+
+def mha_row(subgraph_s: float, median_s: float) -> dict:
+    return {"median_s": median_s, "profile": [{"type": "Subgraph", "exec": "jit_avx512_bf16", "seconds": subgraph_s},
+                                              {"type": "Transpose", "exec": "unknown_bf16", "seconds": 0.01}]}
+
+
+def test_the_amx_verdict_comes_from_the_mha_node_time():
+    on_amx = bench.amx_verdict(mha_row(0.15, 0.18), mha_row(0.48, 0.52))
+    assert "takes 3.20x as long" in on_amx and "run on AMX tiles" in on_amx
+    # the node barely slower without AMX: no claim, even when the whole run's time moved more
+    not_amx = bench.amx_verdict(mha_row(0.15, 0.18), mha_row(0.16, 0.30))
+    assert "too little to say" in not_amx and "AMX tiles" not in not_amx
+
+
+def test_the_amx_off_rows_come_from_a_capped_child_process():
+    rows = bench.without_amx(24, 1, 1)
+    assert set(rows) == {"OpenVINO fused MHA (what runs), AMX off", "OpenVINO snippets off, AMX off"}
+    for r in rows.values():
+        assert r["median_s"] > 0 and r["profile"]
