@@ -43,6 +43,8 @@ TAG = "ov-attention"
 HEADS, WIDTH = 16, 1024  # Qwen3-VL-2B's vision tower
 NO_AMX_ISA = "AVX512_CORE_BF16"  # oneDNN's ISA cap for the AMX-off rows: AVX-512 with BF16, no AMX
 AMX_GAIN = 1.5  # the MHA node's slow-down without AMX that says it ran on AMX (amx_verdict)
+FUSED, SNIPPETS_OFF = "fused MHA (what runs)", "snippets off"  # the forms `without_amx` times again
+AMX_OFF = ", AMX off"  # the label suffix of their rows
 
 
 def attention_model(frames: int, rows: int, heads: int = HEADS, width: int = WIDTH) -> bytes:
@@ -127,16 +129,16 @@ def compile_cpu(model, precision: str, threads: int, extra: dict, profile: bool 
 
 def forms(rows: int) -> dict:
     """{label: (model, extra CPU properties)} of the OpenVINO forms at `rows`."""
-    return {"fused MHA (what runs)": (attention_model(1, rows), {}),
-            "snippets off": (attention_model(1, rows), {"SNIPPETS_MODE": "DISABLE"}),
+    return {FUSED: (attention_model(1, rows), {}),
+            SNIPPETS_OFF: (attention_model(1, rows), {"SNIPPETS_MODE": "DISABLE"}),
             "SDPA op": (sdpa_model(rows), {}), "SDPA op, KV-cache form": (sdpa_model(rows, kv_cache=True), {})}
 
 
-def openvino_forms(rows: int, precision: str, threads: int, labels=None) -> tuple[dict, dict]:
-    """The OpenVINO forms at `rows` and `precision` (all, or those in `labels`) compiled: ({"OpenVINO LABEL": a
-    no-argument runner}, {"OpenVINO LABEL": {profile, sdpa_kept}}), the profile that of a second compile's second
-    run."""
-    feeds = inputs(rows)
+def openvino_forms(feeds: dict, precision: str, threads: int, labels=None) -> tuple[dict, dict]:
+    """The OpenVINO forms at `precision` (all, or those in `labels`) compiled for `feeds` (`inputs`): ({"OpenVINO
+    LABEL": a no-argument runner on `feeds`}, {"OpenVINO LABEL": {profile, sdpa_kept}}), the profile that of a
+    second compile's second run."""
+    rows = feeds["q"].shape[1]
     runners, facts = {}, {}
     for label, (model, extra) in forms(rows).items():
         if labels is not None and label not in labels:
@@ -152,7 +154,7 @@ def openvino_forms(rows: int, precision: str, threads: int, labels=None) -> tupl
 
 def openvino_runs(rows: int, precision: str, threads: int, reps: int, labels=None) -> dict:
     """`openvino_forms` timed, interleaved: {"OpenVINO LABEL": {median_s, times_s, profile, sdpa_kept}}."""
-    runners, facts = openvino_forms(rows, precision, threads, labels)
+    runners, facts = openvino_forms(inputs(rows), precision, threads, labels)
     return {label: {**r, **facts[label]} for label, r in interleaved(runners, reps).items()}
 
 
@@ -167,11 +169,10 @@ def without_amx(rows: int, threads: int, reps: int) -> dict:
     (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, which OpenVINO's CPU plugin honours for its own kernels too): the rows
     "... , AMX off". Since the plugin labels every snippets `Subgraph` by its host ISA (`jit_avx512_bf16`, AMX
     or not), only this comparison shows whether the fused attention's matrix products run on AMX."""
-    labels = ["fused MHA (what runs)", "snippets off"]
     done = subprocess.run([sys.executable, "-m", "bench.ov_attention_kernels", "--child", str(rows), str(threads),
-                           str(reps), *labels], check=True, capture_output=True, text=True, cwd=ROOT,
+                           str(reps), FUSED, SNIPPETS_OFF], check=True, capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "ONEDNN_MAX_CPU_ISA": NO_AMX_ISA})
-    return {f"{label}, AMX off": r for label, r in json.loads(done.stdout.splitlines()[-1]).items()}
+    return {f"{label}{AMX_OFF}": r for label, r in json.loads(done.stdout.splitlines()[-1]).items()}
 
 
 def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
@@ -179,11 +180,12 @@ def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
     an AMX CPU also the `without_amx` rows (their own process, right after; not interleaved with the rest)."""
     import torch
 
-    runners, facts = openvino_forms(rows, precision, threads)
+    feeds = inputs(rows)
+    runners, facts = openvino_forms(feeds, precision, threads)
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     q, k, v = (torch.from_numpy(a).view(1, rows, HEADS, WIDTH // HEADS).transpose(1, 2).to(dtype)
-               for a in inputs(rows).values())
+               for a in feeds.values())
     runners["PyTorch sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)
     results = {label: {**r, **facts.get(label, {"profile": [], "sdpa_kept": None})}
                for label, r in interleaved(runners, reps).items()}
@@ -200,8 +202,9 @@ def subgraph_seconds(profile: list[dict]) -> float:
 
 def amx_verdict(fused: dict, capped: dict) -> str:
     """One sentence from the fused MHA's rows with and without AMX: whether its `Subgraph` ran on AMX. The MHA's
-    node time (profile) decides, not the run's wall time, which also holds the transposes around it; 1.5x is far
-    past the run-to-run spread of this node (a few %) and far under what AMX's tiles give (3x at 4096 patches)."""
+    node time (profile) decides, not the run's wall time, which also holds the transposes around it; 1.5x is past
+    this node's run-to-run spread on shared cores (up to a quarter, AMX Xeon, 2026-11-29) and under what AMX's tiles
+    gave there (2.75x at 784 patches, 4.0x at 4096: bench/results/ov-attention-kernels-amx.md)."""
     ratio = subgraph_seconds(capped["profile"]) / max(subgraph_seconds(fused["profile"]), 1e-9)
     verdict = ("so with AMX its matrix products run on AMX tiles, whatever its label says" if ratio >= AMX_GAIN else
                "too little to say that its matrix products run on AMX here")
@@ -222,8 +225,7 @@ def markdown(result: dict) -> str:
             ops = "; ".join(f"{o['type']} {o['exec']} {o['seconds']:.4f}" for o in r["profile"])
             kept = "" if r["sdpa_kept"] is None else ("yes" if r["sdpa_kept"] else "no")
             lines.append(f"| {label} | {r['median_s']:.4f} | {r['tflops']:.2f} | {kept} | {ops} |")
-        fused, capped = by_label.get("OpenVINO fused MHA (what runs)"), by_label.get(
-            "OpenVINO fused MHA (what runs), AMX off")
+        fused, capped = by_label.get(f"OpenVINO {FUSED}"), by_label.get(f"OpenVINO {FUSED}{AMX_OFF}")
         if fused and capped:
             lines += ["", amx_verdict(fused, capped)]
         lines.append("")
