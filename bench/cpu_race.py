@@ -137,15 +137,16 @@ def default_paths(build: Path, case_feeds: dict[str, dict]) -> dict[str, tuple[s
     return found
 
 
-def cases(model: Path, sizes: list[int], video: int, processor: Path | None = None) -> dict[str, dict[str, np.ndarray]]:
-    """{case: feeds}: PHOTO at each size through the processor of `model` (the one its release package will hold,
-    or the folder `processor`), then a `video`-frame 448^2 video."""
+def cases(model: Path, sizes: list[int], video: int, processor: Path | None = None,
+          photo: str = PHOTO) -> dict[str, dict[str, np.ndarray]]:
+    """{case: feeds}: `photo` (scikit-image's) at each size through the processor of `model` (the one its release
+    package will hold, or the folder `processor`), then a `video`-frame 448^2 video."""
     from families import of_model
     from quantize import calibration
 
     found = {}
     for size in sizes:
-        found[f"{size}x{size}"] = calibration.for_model(model, processor, photos=(PHOTO,), sizes=((size, size),),
+        found[f"{size}x{size}"] = calibration.for_model(model, processor, photos=(photo,), sizes=((size, size),),
                                                         video=False)[0]
     if video:
         rocket = calibration.photo("rocket")

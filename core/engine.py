@@ -34,9 +34,12 @@ def default_precision() -> str:
 
 @dataclass(frozen=True)
 class Engine:
-    """name: onnxruntime | openvino; precision: OpenVINO's f32 | bf16 (None: `default_precision()`)."""
+    """name: onnxruntime | openvino; precision: OpenVINO's f32 | bf16 (None: `default_precision()`); at_once: how
+    many entries a caller runs at the same time through `session.run_each` (OpenVINO compiles for that many
+    requests, `openvino_session.performance_hint`; ONNX Runtime runs them one after another)."""
     name: str = "onnxruntime"
     precision: str | None = None
+    at_once: int = 1
 
     def __post_init__(self):
         if self.name not in (*ENGINES, AUTO):
@@ -54,7 +57,8 @@ class Engine:
             raise ValueError("--engine auto is resolved to an engine (runtime.path_choice) before a session opens")
         if self.name == "onnxruntime":
             return session.open_session(model, threads)
-        return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision())
+        return openvino_session.OpenVINOSession(model, threads, self.precision or default_precision(),
+                                                at_once=self.at_once)
 
     @property
     def one_entry_per_run(self) -> bool:

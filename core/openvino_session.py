@@ -3,7 +3,8 @@
 `OpenVINOSession(path, threads, precision)` compiles the ONNX file (or OpenVINO IR, `.xml` + `.bin`: the ov-int8
 variant, `quantize/ov_int8.py`) for OpenVINO's CPU plugin and answers
 `get_inputs()` / `get_outputs()` (name, ORT-style type, shape), `get_modelmeta().custom_metadata_map` and
-`run(names, feeds) -> [arrays]`, so that code written against an ORT session runs unchanged. A file with Ifs
+`run(names, feeds) -> [arrays]`, so that code written against an ORT session runs unchanged; `run_each(names,
+[feeds, ...])` runs several inputs, each alone, up to `at_once` of them at the same time (OpenVINO's streams). A file with Ifs
 decided by its integer inputs and shapes (Qwen's attention) is compiled per pattern of those Ifs, each If replaced
 by the branch it takes, on the first run that needs it (`core.openvino_branches`: OpenVINO gives every If body
 memory of its own); any other file is compiled when the session opens.
@@ -136,8 +137,9 @@ class OpenVINOSession:
     """A compiled OpenVINO CPU model of an ONNX file (see the module docstring)."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None, precision: str = "f32",
-                 config: dict | None = None):
-        """`config`: more CPU plugin properties for compile_model (e.g. DYNAMIC_QUANTIZATION_GROUP_SIZE)."""
+                 config: dict | None = None, at_once: int = 1):
+        """`config`: more CPU plugin properties for compile_model (e.g. DYNAMIC_QUANTIZATION_GROUP_SIZE);
+        `at_once`: how many inputs the caller gives `run_each` (1: compiled for the latency of one run)."""
         if precision not in PRECISIONS:
             raise UsageError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         ov = _openvino()
@@ -145,7 +147,7 @@ class OpenVINOSession:
             raise UsageError("--precision bf16: this CPU has no bf16 support in OpenVINO (AVX-512 BF16 or AMX); "
                              "use --precision f32")
         extra = config or {}
-        config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
+        config = {"INFERENCE_PRECISION_HINT": precision, **performance_hint(at_once)}
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         config.update(extra)
@@ -164,6 +166,7 @@ class OpenVINOSession:
         except RuntimeError as err:
             raise _cannot_load(path, err) from None
         self._request = None  # (compiled model, its infer request) of the last run
+        self.most_at_once = 1  # the most inputs a `run_each` has run at the same time
         if meta is None:
             meta = {p.key: p.value for p in onnx_io.read_proto(path).metadata_props}
         self._meta = ModelMeta(meta)
@@ -191,7 +194,54 @@ class OpenVINOSession:
         if self._request is None or self._request[0] is not compiled:
             self._request = None  # the former request's memory goes before the new one's comes
             self._request = (compiled, compiled.create_infer_request())
-        results = self._request[1].infer({name: np.ascontiguousarray(a) for name, a in input_feed.items()})
+        return self._outputs_of(compiled, self._request[1].infer(_contiguous(input_feed)), output_names)
+
+    def run_each(self, output_names, input_feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+        """`run(output_names, feeds)` of each of `input_feeds`, in their order; as many at the same time as the
+        compiled model has streams (at most `at_once`), the largest inputs started first."""
+        found: list[list[np.ndarray] | None] = [None] * len(input_feeds)
+        size = lambda i: sum(a.size for a in input_feeds[i].values())
+        by_model: dict[int, tuple] = {}  # inputs grouped by the model compiled for their Ifs, largest first
+        for i in sorted(range(len(input_feeds)), key=size, reverse=True):
+            try:
+                compiled = self._branches(input_feeds[i])
+            except RuntimeError as err:
+                raise _cannot_load(self.path, err) from None
+            by_model.setdefault(id(compiled), (compiled, []))[1].append(i)
+        self._request = None  # its memory goes before the queue's comes
+        openvino = _openvino()
+        for compiled, indices in by_model.values():
+            requests = max(1, min(len(indices), compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+            self.most_at_once = max(self.most_at_once, requests)
+            queue = openvino.AsyncInferQueue(compiled, requests)
+            queue.set_callback(lambda request, i, compiled=compiled: found.__setitem__(
+                i, self._outputs_of(compiled, request.results, output_names)))
+            for i in indices:
+                queue.start_async(_contiguous(input_feeds[i]), i)
+            queue.wait_all()
+            del queue
+        missing = [i for i, out in enumerate(found) if out is None]
+        if missing:  # a callback that raised leaves its slot empty; OpenVINO only logs such an error
+            raise RuntimeError(f"OpenVINO returned no outputs for input(s) {missing} of {self.path}")
+        return found
+
+    def _outputs_of(self, compiled, results, output_names) -> list[np.ndarray]:
+        """Outputs `output_names` (None: all, in the model's order) of a request's `results`, as arrays of their
+        own."""
         by_name = {port.get_any_name(): results[port] for port in compiled.outputs}
         names = output_names or [o.name for o in self._outputs]
         return [np.array(by_name[name], copy=True) for name in names]
+
+
+def performance_hint(at_once: int) -> dict:
+    """The CPU plugin's performance properties for a session given `at_once` inputs at a time: LATENCY for one (all
+    threads on each run); else THROUGHPUT for that many requests, the plugin choosing its streams (each on a share of
+    the threads; 2 streams of 1 thread on 2 cores). Qwen3-VL-2B's ov-int8, four 1024x1024 photos, 2 cores of the
+    AMX Xeon: 1.1x the LATENCY form's speed (docs/runtime-openvino.md, "Several entries at once")."""
+    if at_once <= 1:
+        return {"PERFORMANCE_HINT": "LATENCY"}
+    return {"PERFORMANCE_HINT": "THROUGHPUT", "PERFORMANCE_HINT_NUM_REQUESTS": at_once}
+
+
+def _contiguous(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: np.ascontiguousarray(a) for name, a in feeds.items()}

@@ -165,8 +165,15 @@ def outputs(sess: ort.InferenceSession, feeds: dict[str, np.ndarray], names: lis
             ) -> list[np.ndarray]:
     """The outputs `names` (None: all, in the graph's order) of one run, as arrays that own their memory.
     MemoryError when ONNX Runtime's allocator runs out (`OUT_OF_MEMORY`); its other errors as they are."""
-    try:
+    with _out_of_memory_as_memory_error():
         return owned(sess.run(names, feeds))
+
+
+@contextlib.contextmanager
+def _out_of_memory_as_memory_error() -> Iterator[None]:
+    """A runtime's allocation failure (`OUT_OF_MEMORY`) raised as MemoryError; its other errors as they are."""
+    try:
+        yield
     except ORT_ERRORS as exc:
         if OUT_OF_MEMORY.search(str(exc)):
             raise MemoryError(ort_error_line(exc)) from None
@@ -177,6 +184,16 @@ def run(sess: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, n
     """Every output of one run, by name, in the graph's output order (arrays that own their memory)."""
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, outputs(sess, feeds, names)))
+
+
+def run_each(sess, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """`run` of each of `feeds`, in their order: at the same time where the session runs several at once
+    (`OpenVINOSession.run_each`), else one after another."""
+    if not hasattr(sess, "run_each"):
+        return [run(sess, f) for f in feeds]
+    names = [o.name for o in sess.get_outputs()]
+    with _out_of_memory_as_memory_error():
+        return [dict(zip(names, found)) for found in sess.run_each(names, feeds)]
 
 
 def output_names(sess: ort.InferenceSession) -> list[str]:

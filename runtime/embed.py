@@ -4,7 +4,8 @@ files (and of one video given as frames) from a release package, without torch.
 Every image (and the video) is preprocessed as the model's own processor does (`Family.processing`: families/<family>/preprocess*.py),
 then all of them run as one pack (mixed sizes) through `onnx/vision_encoder[_VARIANT].onnx`, and the
 outputs are split back per entry; on OpenVINO each entry runs alone (`entry_packs`, `Engine.one_entry_per_run`:
-its first run at a large new shape costs more than the runs saved by packing). FILE.npz holds:
+its first run at a large new shape costs more than the runs saved by packing), several at the same time on
+OpenVINO's streams (`Engine.at_once`: the number of entries; `openvino_session.performance_hint`). FILE.npz holds:
 - `entries`: str [num_entries], `image_0`, `image_1`, ... in the order given, then `video`;
 - `ENTRY.source`: str [files] the file(s) of the entry (a video's frames in order);
 - Qwen3-VL: `ENTRY.grid_thw` int64 [3] (t, h, w in patches) and one array per model output,
@@ -20,6 +21,7 @@ exit 2, with nothing written. `--engine qnn` runs the package's static buckets o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +172,7 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
         # its max_pixels, and then that path's session opens after.
         headers = tuple(images.header_pixels(p) for p in (*image_paths, *frame_paths))
         early, early_model = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(headers))
-        with SessionOpening(early.engine, early_model, threads) as opening:
+        with SessionOpening(at_once(early.engine, image_paths, frame_paths), early_model, threads) as opening:
             result = _embed(folder, manifest, opening, image_paths, frame_paths, engine, variant, max_image_pixels)
     with staged_file(out) as tmp:
         np.savez(tmp, **result)
@@ -190,7 +192,7 @@ def _embed(folder: Path, manifest: dict, opening: SessionOpening, image_paths: l
                   list(zip(frame_paths, load_images(frame_paths, "video frames", budget))))
     each = tuple(min(rgb.shape[0] * rgb.shape[1], processor_pixels) for _, rgb in (*loaded[0], *loaded[1]))
     choice, model = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(each))
-    engine = choice.engine
+    engine = at_once(choice.engine, image_paths, frame_paths)
     say(choice.line(), TAG)
     with step(f"preprocess {what}", tag=TAG):
         packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.one_entry_per_run
@@ -201,10 +203,19 @@ def _embed(folder: Path, manifest: dict, opening: SessionOpening, image_paths: l
               f"({sum(sum(pack.tokens) for pack in packs)} tokens, {engine.describe()}"
               f"{', one entry per run' if len(packs) > 1 else ''})", tag=TAG):
         result = {"entries": np.array(names)}
-        for pack in packs:
-            feeds = cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name)
-            result.update({k: v for k, v in split(session.run(sess, feeds), pack).items() if k != "entries"})
+        feeds = [cast_feeds(sess, pack.feeds, model.relative_to(folder), family_name) for pack in packs]
+        for pack, outputs in zip(packs, session.run_each(sess, feeds)):
+            result.update({k: v for k, v in split(outputs, pack).items() if k != "entries"})
+    if getattr(sess, "most_at_once", 1) > 1:
+        say(f"the entries ran {sess.most_at_once} at a time (OpenVINO's streams)", TAG)
     return result
+
+
+def at_once(engine: Engine, image_paths: list[Path], frame_paths: list[Path]) -> Engine:
+    """`engine` told how many entries a call runs (each image, and the video): on an engine that runs each entry
+    alone (OpenVINO) they run at the same time on its streams."""
+    entries = len(image_paths) + bool(frame_paths)
+    return replace(engine, at_once=entries) if engine.one_entry_per_run else engine
 
 
 def add_arguments(parser) -> None:

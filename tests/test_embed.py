@@ -14,6 +14,7 @@ config and a manifest naming the family): what `embed` reads, without the export
 """
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -277,8 +278,9 @@ def test_sample_photos_embed_as_folder_and_video(qwen_dist, tmp_path, capsys):
 
 def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys):
     """`embed --engine openvino` on a mixed pack plus a video (OpenVINO runs each entry alone, ONNX Runtime the
-    pack): f32 within the export's tolerance of `embed` (ONNX Runtime), bf16 (where the CPU has it) at a min
-    per-token cosine >= core.engine.BF16_FLOOR; `verify` runs it."""
+    pack): f32 within the export's tolerance of `embed` (ONNX Runtime), on one thread and on two (the five entries
+    two at a time on OpenVINO's streams, `embed.at_once`), bf16 (where the CPU has it) at a min per-token cosine >=
+    core.engine.BF16_FLOOR; `verify` runs it."""
     pytest.importorskip("openvino", reason="the openvino extra is not installed")
     from core import engine, openvino_session
     from runtime import verify
@@ -286,14 +288,23 @@ def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys)
     write_frames(tmp_path / "frames", 3, 240, 320)
     inputs = [*(photos[n] for n in PACK[:4]), "--video", tmp_path / "frames", "--package", qwen_dist / QWEN]
     assert embed([*inputs, "--out", tmp_path / "ort.npz", "--engine", "onnxruntime"], capsys)[0] == 0
-    precisions = ["f32", *(["bf16"] if openvino_session.bf16_supported() else [])]
+    runs = [("f32", 1), *([("f32", 2)] if (os.cpu_count() or 1) >= 2 else []),
+            *([("bf16", 1)] if openvino_session.bf16_supported() else [])]
     tolerance = json.loads((qwen_dist / QWEN / "manifest.json").read_text())["export"]["tolerance"]
     with np.load(tmp_path / "ort.npz") as ort_result:
         expected = {k: ort_result[k] for k in ort_result.files}
-    for precision in precisions:
-        out = tmp_path / f"ov-{precision}.npz"
-        code, _, err = embed([*inputs, "--out", out, "--engine", "openvino", "--precision", precision], capsys)
-        assert code == 0 and f"openvino {precision}" in err and "one entry per run" in err  # embed.entry_packs
+    for precision, threads in runs:
+        out = tmp_path / f"ov-{precision}-{threads}.npz"
+        options = ["--out", out, "--engine", "openvino", "--precision", precision]
+        if threads == 1:
+            code, _, err = embed([*inputs, *options], capsys)  # one thread: one stream, one entry at a time
+            assert code == 0 and "at a time" not in err, err
+        else:
+            capsys.readouterr()
+            code, err = runtime_cli.main(["embed", *map(str, [*inputs, *options]), "--threads", "2"]), \
+                capsys.readouterr().err
+            assert code == 0 and "the entries ran 2 at a time (OpenVINO's streams)" in err, err
+        assert f"openvino {precision}" in err and "one entry per run" in err  # embed.entry_packs
         with np.load(out) as result:
             assert sorted(result.files) == sorted(expected)
             for key, ref in expected.items():

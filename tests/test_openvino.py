@@ -10,6 +10,7 @@
 """
 
 import json
+import os
 
 import pytest
 
@@ -95,6 +96,23 @@ def test_openvino_runs_the_export_at_every_layout(exports, name):
         assert "pack" in cases and "video" in cases and "same" in cases, cases
         assert session.specializes  # each attention If replaced by its branch per pack (core.openvino_branches)
     assert check_against_eager(lambda feeds: session.run(None, feeds), exports[name]) == len(layouts)
+
+
+@pytest.mark.parametrize("name", ["qwen3-vl torchscript", "qwen2.5-vl torchscript", "phi-4-mm torchscript"])
+def test_run_each_runs_every_layout_at_once_within_tolerance(exports, name):
+    """`run_each` (several inputs at the same time on OpenVINO's streams, the largest first): every validation
+    layout, all given at once, each output in its input's place and within the export's tolerance of eager,
+    including each first inference at a new shape (Qwen2.5-VL's If, `openvino_session.compile_cpu`)."""
+    report, layouts, inputs = layout_cases(exports[name])
+    session = OpenVINOSession(exports[name] / "model.onnx", threads=2, precision="f32", at_once=len(inputs))
+    found = session.run_each(None, inputs)
+    reference = eager(report)
+    assert len(found) == len(layouts)
+    for layout, feeds, got in zip(layouts, inputs, found):
+        for output, ours, ref in zip(report["outputs"], got, reference(feeds)):
+            metrics = compare(ours, ref, report["tolerance"])
+            assert metrics["ok"], f"{layout['case']}: {output} {metrics}"
+    assert session.most_at_once == min(len(inputs), 2) or (os.cpu_count() or 1) < 2, session.most_at_once
 
 
 @pytest.mark.parametrize("name", STANDARD)
