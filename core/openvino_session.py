@@ -21,6 +21,7 @@ file and 2B ov-int8 features off by up to 6%, silently; in OPTIMIZE_SIZE feature
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,10 +188,7 @@ class OpenVINOSession:
 
     def run(self, output_names, input_feed: dict[str, np.ndarray], run_options=None) -> list[np.ndarray]:
         """Outputs `output_names` (None: all, in the model's order) of one inference, as arrays of their own."""
-        try:
-            compiled = self._branches(input_feed)
-        except RuntimeError as err:
-            raise _cannot_load(self.path, err) from None
+        compiled = self._loading(self._branches, input_feed)
         if self._request is None or self._request[0] is not compiled:
             self._request = None  # the former request's memory goes before the new one's comes
             self._request = (compiled, compiled.create_infer_request())
@@ -198,32 +196,40 @@ class OpenVINOSession:
 
     def run_each(self, output_names, input_feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
         """`run(output_names, feeds)` of each of `input_feeds`, in their order; as many at the same time as the
-        compiled model has streams (at most `at_once`), the largest inputs started first."""
+        compiled model has streams (at most `at_once`), the largest inputs started first.
+
+        Each request runs in a Python thread of its own (`infer` releases the GIL), so that no Python code runs on
+        OpenVINO's threads: with `AsyncInferQueue`'s callbacks a process sometimes ended in `Resource deadlock
+        avoided` (a C++ thread joining itself, the last reference to a request dropped on its own stream)."""
         found: list[list[np.ndarray] | None] = [None] * len(input_feeds)
         size = lambda i: sum(a.size for a in input_feeds[i].values())
-        by_model: dict[int, tuple] = {}  # inputs grouped by the model compiled for their Ifs, largest first
+        by_pattern: dict[tuple, list[int]] = {}  # inputs per pattern of the Ifs, largest first
         for i in sorted(range(len(input_feeds)), key=size, reverse=True):
-            try:
-                compiled = self._branches(input_feeds[i])
-            except RuntimeError as err:
-                raise _cannot_load(self.path, err) from None
-            by_model.setdefault(id(compiled), (compiled, []))[1].append(i)
-        self._request = None  # its memory goes before the queue's comes
-        openvino = _openvino()
-        for compiled, indices in by_model.values():
-            requests = max(1, min(len(indices), compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
-            self.most_at_once = max(self.most_at_once, requests)
-            queue = openvino.AsyncInferQueue(compiled, requests)
-            queue.set_callback(lambda request, i, compiled=compiled: found.__setitem__(
-                i, self._outputs_of(compiled, request.results, output_names)))
-            for i in indices:
-                queue.start_async(_contiguous(input_feeds[i]), i)
-            queue.wait_all()
-            del queue
-        missing = [i for i, out in enumerate(found) if out is None]
-        if missing:  # a callback that raised leaves its slot empty; OpenVINO only logs such an error
-            raise RuntimeError(f"OpenVINO returned no outputs for input(s) {missing} of {self.path}")
+            by_pattern.setdefault(self._loading(self._branches.pattern, input_feeds[i]), []).append(i)
+        self._request = None  # its memory goes before the new requests' comes
+        for indices in by_pattern.values():
+            compiled = self._loading(self._branches, input_feeds[indices[0]])
+            count = max(1, min(len(indices), compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+            self.most_at_once = max(self.most_at_once, count)
+            pending = iter(indices)  # shared by the threads; next() on it is atomic under the GIL
+
+            def work(request, compiled=compiled, pending=pending) -> None:
+                for i in pending:
+                    found[i] = self._outputs_of(compiled, request.infer(_contiguous(input_feeds[i])), output_names)
+
+            requests = [compiled.create_infer_request() for _ in range(count)]
+            with ThreadPoolExecutor(count, thread_name_prefix="openvino-run") as threads:
+                for done in [threads.submit(work, request) for request in requests]:
+                    done.result()  # the first error, as run() raises it
+            del requests
         return found
+
+    def _loading(self, load, feeds):
+        """`load(feeds)` (the Ifs' pattern, or the model compiled for it); OpenVINO's error as UsageError."""
+        try:
+            return load(feeds)
+        except RuntimeError as err:
+            raise _cannot_load(self.path, err) from None
 
     def _outputs_of(self, compiled, results, output_names) -> list[np.ndarray]:
         """Outputs `output_names` (None: all, in the model's order) of a request's `results`, as arrays of their
