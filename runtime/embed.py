@@ -172,7 +172,8 @@ def embed(image_args: list[str], video_args: list[str], package: Path, variant: 
         # its max_pixels, and then that path's session opens after.
         headers = tuple(images.header_pixels(p) for p in (*image_paths, *frame_paths))
         early, early_model = choose_model(folder, manifest, engine, variant, path_choice.Largest.of(headers))
-        with SessionOpening(at_once(early.engine, image_paths, frame_paths), early_model, threads) as opening:
+        with SessionOpening(at_once(early.engine, image_paths, frame_paths), early_model, threads,
+                            warm_feeds(manifest)) as opening:
             result = _embed(folder, manifest, opening, image_paths, frame_paths, engine, variant, max_image_pixels)
     with staged_file(out) as tmp:
         np.savez(tmp, **result)
@@ -209,6 +210,22 @@ def _embed(folder: Path, manifest: dict, opening: SessionOpening, image_paths: l
     if getattr(sess, "most_at_once", 1) > 1:
         say(f"the entries ran {sess.most_at_once} at a time (OpenVINO's streams)", TAG)
     return result
+
+
+def warm_feeds(manifest: dict) -> dict[str, np.ndarray] | None:
+    """Inputs of one image as the package's first smoke record states them (`manifest["smoke"]`: shapes and
+    integer values, the float inputs zeros), or None when it states none: what the session opening compiles for
+    while Python loads (`runtime.session_opening`)."""
+    smoke = manifest.get("smoke")
+    record = smoke[0] if isinstance(smoke, list) and smoke and isinstance(smoke[0], dict) else {}
+    shapes, values = record.get("inputs"), record.get("values") or {}
+    if not isinstance(shapes, dict) or not isinstance(values, dict):
+        return None
+    try:
+        return {name: (np.asarray(values[name], np.int64).reshape(shape) if name in values
+                       else np.zeros(shape, np.float32)) for name, shape in shapes.items()}
+    except (TypeError, ValueError):  # a garbled record: nothing to warm with
+        return None
 
 
 def at_once(engine: Engine, image_paths: list[Path], frame_paths: list[Path]) -> Engine:

@@ -5,9 +5,14 @@ they run beside Python's own loading (transformers, the processor, the images): 
 this way as soon as it knows its path, and a process's start costs about the longer of the two, not their sum
 (docs/benchmarks.md, the process race on the AMX Xeon).
 
-    with SessionOpening(engine, model, threads) as opening:
+    with SessionOpening(engine, model, threads, warm) as opening:
         ...                                    # Python's loading
         sess = opening.session(engine, model)  # the one opened, or (when the path changed) a new one
+
+`warm`: inputs like those the call will run (their shapes and integer values; e.g. the package's first smoke
+input, `runtime.embed.warm_feeds`): a session that compiles per input pattern (OpenVINO's, for a file whose Ifs it
+specializes: `OpenVINOSession.prepare`) compiles for theirs in the thread too, so that the compile also hides
+behind Python's loading; where that fails, the session opens anyway and the first run compiles (and says why).
 
 Leaving the block waits for the thread, so an error raised meanwhile never leaves a session opening behind.
 """
@@ -19,13 +24,14 @@ from pathlib import Path
 from typing import Self
 
 from core.engine import Engine
+from core.errors import UsageError
 
 
 class SessionOpening:
     """A session of `model` on `engine` (`threads`: intra-op) opening in a background thread."""
 
-    def __init__(self, engine: Engine, model: Path, threads: int | None):
-        self.engine, self.model, self.threads = engine, model, threads
+    def __init__(self, engine: Engine, model: Path, threads: int | None, warm: dict | None = None):
+        self.engine, self.model, self.threads, self.warm = engine, model, threads, warm
         self._session = None  # once open; None again when handed out or dropped
         self._error: Exception | None = None
         self._thread = threading.Thread(target=self._open, name="open-session")
@@ -36,6 +42,12 @@ class SessionOpening:
             self._session = self.engine.open(self.model, self.threads)
         except Exception as err:  # noqa: BLE001 - raised in the caller's thread by `session`
             self._error = err
+            return
+        if self.warm is not None and hasattr(self._session, "prepare"):
+            try:
+                self._session.prepare(self.warm)
+            except (UsageError, RuntimeError, ValueError):
+                pass  # the first run compiles for its own inputs, and raises what is wrong
 
     def session(self, engine: Engine, model: Path):
         """A session of `model` on `engine`: the one opened here when it is that (waiting for it; its error, if any,

@@ -324,3 +324,18 @@ def test_precision_without_openvino_is_one_line(qwen_dist, photos, tmp_path, cap
                           "--engine", "onnxruntime", "--precision", "bf16"], capsys)
     assert code == 2 and "needs --engine openvino" in single_error(err)
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_warm_feeds_follow_the_first_smoke_record(qwen_dist):
+    """`embed.warm_feeds`: the package's first smoke record's input shapes, its integer values, zeros elsewhere;
+    None for a manifest without a usable record (the session then compiles on its first run)."""
+    from runtime import embed as embed_mod
+
+    manifest = json.loads((qwen_dist / QWEN / "manifest.json").read_text())
+    record = manifest["smoke"][0]
+    feeds = embed_mod.warm_feeds(manifest)
+    assert {name: list(a.shape) for name, a in feeds.items()} == record["inputs"]
+    assert feeds["grid_thw"].tolist() == record["values"]["grid_thw"] and not feeds["pixel_values"].any()
+    for garbled in ({}, {"smoke": []}, {"smoke": ["x"]}, {"smoke": [{"inputs": {"grid_thw": [1, 3]},
+                                                                    "values": {"grid_thw": [[1, 2]]}}]}):
+        assert embed_mod.warm_feeds(garbled) is None, garbled

@@ -12,6 +12,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 
 from builders import family as family_builder
@@ -113,6 +114,25 @@ def test_run_each_runs_every_layout_at_once_within_tolerance(exports, name):
             metrics = compare(ours, ref, report["tolerance"])
             assert metrics["ok"], f"{layout['case']}: {output} {metrics}"
     assert session.most_at_once == min(len(inputs), 2) or (os.cpu_count() or 1) < 2, session.most_at_once
+
+
+def test_prepare_compiles_the_pattern_a_later_run_uses(exports):
+    """`prepare` on inputs of one image (zeros, its grid) compiles the model for their pattern of the Ifs; a run of
+    another single image then compiles nothing more, and its outputs stay within the export's tolerance."""
+    _, _, inputs = layout_cases(exports["qwen3-vl torchscript"])
+    session = OpenVINOSession(exports["qwen3-vl torchscript"] / "model.onnx", threads=1, precision="f32")
+    single = [i for i, feeds in enumerate(inputs) if len(feeds["grid_thw"]) == 1 and feeds["grid_thw"][0][0] == 1]
+    first, other = single[0], single[-1]
+    assert inputs[first]["grid_thw"].tolist() != inputs[other]["grid_thw"].tolist()
+    warm = {"pixel_values": np.zeros_like(inputs[first]["pixel_values"]),
+            "grid_thw": inputs[first]["grid_thw"].tolist()}  # a list: prepare casts to the input's type
+    compiles = []
+    real = session._branches._compile
+    session._branches._compile = lambda model: compiles.append(1) or real(model)
+    session.prepare(warm)
+    assert compiles == [1]
+    assert check_against_eager(lambda feeds: session.run(None, feeds), exports["qwen3-vl torchscript"], [other]) == 1
+    assert compiles == [1], "the run compiled again"
 
 
 @pytest.mark.parametrize("name", STANDARD)

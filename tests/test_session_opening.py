@@ -61,3 +61,37 @@ def test_leaving_the_block_waits_for_the_thread():
           SessionOpening(StandIn("ort", [], delay_s=0.2), Path("m.onnx"), None) as opening):
         raise ValueError("bad image")
     assert not opening._thread.is_alive()
+
+
+class Preparing:
+    """A session that records the feeds it is told to prepare, and the thread; `fails`: prepare raises."""
+
+    def __init__(self, fails: bool = False):
+        self.prepared, self.fails = [], fails
+
+    def prepare(self, feeds):
+        if self.fails:
+            raise RuntimeError("cannot compile for these")
+        self.prepared.append((feeds, threading.current_thread().name))
+
+
+@dataclass(frozen=True)
+class Opens:
+    """An engine whose open gives `session`."""
+    session: Preparing
+
+    def open(self, model, threads=None):
+        return self.session
+
+
+def test_the_session_prepares_for_the_warm_inputs_in_the_background():
+    """`warm` inputs: the opened session compiles for them in the thread (`OpenVINOSession.prepare`); a prepare
+    that fails leaves the session opened (its first run compiles and raises what is wrong)."""
+    warm = {"grid_thw": [[1, 16, 16]]}
+    engine = Opens(Preparing())
+    with SessionOpening(engine, Path("m.xml"), 2, warm) as opening:
+        session = opening.session(engine, Path("m.xml"))
+    assert session.prepared == [(warm, "open-session")]
+    failing = Opens(Preparing(fails=True))
+    with SessionOpening(failing, Path("m.xml"), 2, warm) as opening:
+        assert opening.session(failing, Path("m.xml")) is failing.session
