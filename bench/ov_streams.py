@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench.cpu_race import EMBED_PHOTOS, FLAGS, cases, paths
-from bench.timing import load_average, write_results
+from bench.timing import load_average, shown, write_results
 from core import cpu
 from core.machine import describe, machine
 from core.parity import min_token_cosine
@@ -61,12 +61,6 @@ def race(build: Path, label: str, feeds: list[dict], threads: int, reps: int) ->
             "speedup": round(statistics.median(times[FORMS[0]]) / statistics.median(times[FORMS[1]]), 3)}
 
 
-def _shown(file: str) -> str:
-    """`file` relative to the checkout when inside it (the results name no machine's folders)."""
-    path = Path(file).resolve()
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
 def markdown(result: dict) -> str:
     r = result["race"]
     flags = ", ".join(result["cpu_flags"])
@@ -103,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     photos = tuple(p.strip() for p in args.photos.split(",") if p.strip())
     result = {"command": "python -m bench.ov_streams " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": machine(), "cpu_flags": [f for f in FLAGS if cpu.has(f)], "path": args.path,
-              "file": _shown(found[args.path]["file"]), "size": args.size, "photos": list(photos), "threads": args.threads,
+              "file": shown(found[args.path]["file"]), "size": args.size, "photos": list(photos), "threads": args.threads,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": load_average()}
     result["race"] = race(args.build, args.path, photo_feeds(args.build, photos, args.size), args.threads, args.reps)
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from bench.timing import TIMING_PHOTO, interleaved, load_average, photo_feed, write_results
+from bench.timing import TIMING_PHOTO, interleaved, load_average, photo_feed, shown, write_results
 from core.errors import Parser, UsageError, main_wrapper
 from core.machine import describe, machine
 from core.progress import say
@@ -53,12 +53,6 @@ MATMUL_CATEGORIES = ("integer MatMul", "fp32 MatMul/Gemm")
 #: Ops whose kernel event spans the kernels of their subgraphs.
 SUBGRAPH_OPS = frozenset({"Loop", "If", "Scan"})
 TOP = 10
-
-
-def shown(path: Path) -> str:
-    """`path` relative to the checkout when inside it."""
-    full = path.resolve()
-    return str(full.relative_to(ROOT) if full.is_relative_to(ROOT) else path)
 
 
 def category(op: str) -> str:

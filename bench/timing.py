@@ -11,6 +11,7 @@ import numpy as np
 from core.progress import say
 from families.qwen_vl.layouts import random_pixels, smart_resize
 
+ROOT = Path(__file__).resolve().parents[1]
 PATCH_DIM = 1536  # 3 channels x temporal patch 2 x 16 x 16 (Qwen3-VL, Qwen3.5; Qwen2-VL and Qwen2.5-VL: 1176)
 
 
@@ -55,6 +56,12 @@ def interleaved(runners: dict, reps: int) -> dict[str, dict]:
             run()
             times[label].append(time.perf_counter() - start)
     return {label: {"median_s": float(np.median(t)), "times_s": [round(x, 4) for x in t]} for label, t in times.items()}
+
+
+def shown(path) -> str:
+    """`path` relative to the checkout when inside it (results name no machine's folders)."""
+    full = Path(path).resolve()
+    return str(full.relative_to(ROOT) if full.is_relative_to(ROOT) else path)
 
 
 def load_average() -> list[float]:
