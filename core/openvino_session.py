@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core import onnx_io, openvino_branches
+from core import onnx_io, openvino_branches, session
 from core.errors import UsageError
 
 PRECISIONS = ("f32", "bf16")
@@ -37,8 +37,6 @@ IR_MODEL_FILE = "model.xml"
 RT_INFO_KEY = "vlm_vision_onnx"
 _TYPES = {"f32": "tensor(float)", "f16": "tensor(float16)", "i64": "tensor(int64)", "i32": "tensor(int32)",
           "boolean": "tensor(bool)", "u8": "tensor(uint8)", "i8": "tensor(int8)"}
-_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-          "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
 
 
 def _openvino():
@@ -193,7 +191,7 @@ class OpenVINOSession:
         on first use): what a session opening in the background does while Python loads (`runtime.session_opening`).
         `feeds`: the inputs' shapes and integer values (grid_thw) matter, never the float values; cast here."""
         if self.specializes:
-            dtypes = {port.name: _NUMPY.get(port.type) for port in self._inputs}
+            dtypes = {port.name: session.NUMPY_TYPES.get(port.type) for port in self._inputs}
             self._loading(self._branches, {name: np.asarray(a).astype(dtypes.get(name) or np.asarray(a).dtype)
                                            for name, a in feeds.items()})
 

@@ -52,6 +52,11 @@ def ort_error_line(exc: BaseException) -> str:
     return prefix + message
 
 
+#: The numpy dtype of each input type as ONNX Runtime names it (NodeArg.type; `OpenVINOSession` names them alike).
+NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+               "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+
+
 #: ORT's memory pattern off: it plans one block per input shape for all of a run's tensors, and with the dynamic
 #: shapes every exported encoder has it kept far more than tensor-by-tensor arena reuse does. Measured
 #: (AMD EPYC, one run at Phi-4-multimodal's 13-crop layout, optimized fp32 at published dims): peak RSS 5918 MiB with

@@ -95,9 +95,8 @@ def cast_feeds(sess, feeds: dict[str, np.ndarray], model: Path, family: str) -> 
         if len(shape) != len(entry.shape) or any(shape[axis] != dim for axis, dim in fixed):
             raise UsageError(f"{model} takes {entry.name} of shape {entry.shape}, but the package's preprocessor "
                              f"gives {list(shape)}: preprocessor_config.json does not fit the model")
-    dtypes = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-              "tensor(bool)": np.bool_}
-    return {name: array.astype(dtypes.get(declared[name], array.dtype), copy=False) for name, array in feeds.items()}
+    return {name: array.astype(session.NUMPY_TYPES.get(declared[name], array.dtype), copy=False)
+            for name, array in feeds.items()}
 
 
 def entry_packs(embed_pack, folder: Path, images: list, frames: list) -> list[Pack]:
