@@ -2,8 +2,13 @@
 
 One attention at Qwen3-VL-2B dims (16 heads x 64) on one frame of N patches, q/k/v [1, N, 1024] (the export's
 batched attention, the If branch taken when every segment has one size), in the forms OpenVINO could run it:
-  fused MHA (what runs)   com.microsoft MultiHeadAttention through the ONNX frontend (`attention_model`): the CPU
-                          plugin fuses MatMul-Softmax-MatMul into one MHA `Subgraph` (snippets)
+  fused MHA (what runs)   com.microsoft MultiHeadAttention through the ONNX frontend (`attention_model`), its
+                          ScaledDotProductAttention written as MatMul(q * scale, k, transpose_b) - Softmax - MatMul
+                          (`core.openvino_attention.untranspose_keys`, as every OpenVINO session of the runtime
+                          compiles it): the CPU plugin fuses them, the key's transpose included, into one MHA
+                          `Subgraph` (snippets)
+  fused MHA, k^T apart    the same without that rewrite (what ran before it): the plugin's own decomposition of the
+                          op transposes k to [B, H, D, S] in a reference Transpose node before the same `Subgraph`
   snippets off            the same model with SNIPPETS_MODE=DISABLE: two oneDNN MatMuls (their kernel names the
                           ISA: brgemm_avx512_amx_bf16 on AMX) around a Softmax, the N x N scores in memory
   SDPA op                 opset13 ScaledDotProductAttention built directly: whether the CPU plugin keeps it as its
@@ -44,6 +49,7 @@ HEADS, WIDTH = 16, 1024  # Qwen3-VL-2B's vision tower
 NO_AMX_ISA = "AVX512_CORE_BF16"  # oneDNN's ISA cap for the AMX-off rows: AVX-512 with BF16, no AMX
 AMX_GAIN = 1.5  # the MHA node's slow-down without AMX that says it ran on AMX (amx_verdict)
 FUSED, SNIPPETS_OFF = "fused MHA (what runs)", "snippets off"  # the forms `without_amx` times again
+KEY_APART = "fused MHA, k^T apart"
 AMX_OFF = ", AMX off"  # the label suffix of their rows
 
 
@@ -127,9 +133,21 @@ def compile_cpu(model, precision: str, threads: int, extra: dict, profile: bool 
                                              "PERF_COUNT": profile, **extra})
 
 
+def untransposed(model: bytes):
+    """The ONNX `model` read by OpenVINO, its attention rewritten as every runtime session compiles it
+    (`core.openvino_attention.untranspose_keys`)."""
+    import openvino
+
+    from core import openvino_attention
+
+    read = openvino.Core().read_model(model, b"")
+    openvino_attention.untranspose_keys(read)
+    return read
+
+
 def forms(rows: int) -> dict:
     """{label: (model, extra CPU properties)} of the OpenVINO forms at `rows`."""
-    return {FUSED: (attention_model(1, rows), {}),
+    return {FUSED: (untransposed(attention_model(1, rows)), {}), KEY_APART: (attention_model(1, rows), {}),
             SNIPPETS_OFF: (attention_model(1, rows), {"SNIPPETS_MODE": "DISABLE"}),
             "SDPA op": (sdpa_model(rows), {}), "SDPA op, KV-cache form": (sdpa_model(rows, kv_cache=True), {})}
 

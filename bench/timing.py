@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -46,14 +47,22 @@ def photo_feed(model_file, size: tuple[int, int]) -> dict[str, np.ndarray]:
 
 
 def interleaved(runners: dict, reps: int) -> dict[str, dict]:
-    """Warm each runner once, then `reps` rounds over all runners; {label: {median_s, times_s}}."""
+    """Warm each runner once, then `reps` rounds over all runners, each round in an order of its own (shuffled,
+    seeded: the same orders in every run); {label: {median_s, times_s}} (times in round order).
+
+    Why shuffled: a runner slows whatever runs right after it on this machine (PyTorch's OpenMP threads spin on
+    after its run: one OpenVINO attention at 784 patches took 14.54 ms right after a PyTorch sdpa call against
+    12.43 ms half a second later, medians of 15, 2026-11-29), so no runner may always follow the same one (a fixed
+    or merely rotated order keeps every runner's predecessor)."""
     for run in runners.values():
         run()
+    order = random.Random(0)
+    labels = list(runners)
     times = {label: [] for label in runners}
     for _ in range(reps):
-        for label, run in runners.items():
+        for label in order.sample(labels, len(labels)):
             start = time.perf_counter()
-            run()
+            runners[label]()
             times[label].append(time.perf_counter() - start)
     return {label: {"median_s": float(np.median(t)), "times_s": [round(x, 4) for x in t]} for label, t in times.items()}
 

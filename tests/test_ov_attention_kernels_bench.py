@@ -24,7 +24,8 @@ def test_every_form_is_the_same_attention():
     feeds = {n: np.random.default_rng(i).standard_normal((1, rows, width), dtype=np.float32)
              for i, n in enumerate("qkv")}
     expected = reference(*feeds.values(), heads)
-    forms = {"fused MHA": (bench.attention_model(1, rows, heads, width), {}),
+    forms = {"fused MHA": (bench.untransposed(bench.attention_model(1, rows, heads, width)), {}),
+             "fused MHA, k^T apart": (bench.attention_model(1, rows, heads, width), {}),
              "snippets off": (bench.attention_model(1, rows, heads, width), {"SNIPPETS_MODE": "DISABLE"}),
              "SDPA op": (bench.sdpa_model(rows, heads, width), {}),
              "SDPA op, KV-cache form": (bench.sdpa_model(rows, heads, width, kv_cache=True), {})}
