@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 openvino = pytest.importorskip("openvino")
-from openvino import opset13 as ops  # noqa: E402
+from openvino import opset13 as ops
 
-from bench.ov_attention_kernels import attention_model  # noqa: E402
-from core.openvino_attention import SDPA, untranspose_keys  # noqa: E402
+from bench.ov_attention_kernels import attention_model
+from core.openvino_attention import SDPA, untranspose_keys
 
 ROWS, HEADS, WIDTH = 24, 4, 32
 HEAD = WIDTH // HEADS
