@@ -17,13 +17,15 @@ batched attention, the If branch taken when every segment has one size), in the 
   SDPA op, KV-cache form  the same behind an LLM's KV cache (ReadValue -> Gather(beam_idx) -> Concat -> SDPA, the
                           Concat into Assign; the cache empty, reset before every run): the pattern the plugin's
                           StatefulSDPAFusion keeps as its own ScaledDotProductAttentionWithKVCache node
-  PyTorch sdpa            torch.nn.functional.scaled_dot_product_attention on [1, 16, N, 64] (the reference)
+  PyTorch sdpa            torch.nn.functional.scaled_dot_product_attention on [1, 16, N, width/16] (the reference)
   ..., AMX off            (bf16 on an AMX CPU) the fused MHA and snippets-off forms again in a child process with
                           oneDNN capped below AMX (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16): the profile labels a
                           snippets `Subgraph` by its host ISA (`jit_avx512_bf16`) whether or not its matrix
                           products run on AMX, so only the time lost without AMX tells
 at f32 and bf16, interleaved medians of --reps runs after a warm run; OpenVINO's per-op profile (PERF_COUNT) of a
-second compile. FLOP: 4 N^2 x 1024 (QK^T and PV). Writes bench/results/ov-attention-kernels[-SUFFIX].json/.md.
+second compile. FLOP: 4 N^2 x width (QK^T and PV). `--width 2048` runs 16 heads of 128 instead of 64: the same
+N x N scores through the softmax, twice the matrix products, which tells which of the two the time follows.
+Writes bench/results/ov-attention-kernels[-SUFFIX].json/.md.
 """
 
 from __future__ import annotations
@@ -145,20 +147,21 @@ def untransposed(model: bytes):
     return read
 
 
-def forms(rows: int) -> dict:
-    """{label: (model, extra CPU properties)} of the OpenVINO forms at `rows`."""
-    return {FUSED: (untransposed(attention_model(1, rows)), {}), KEY_APART: (attention_model(1, rows), {}),
-            SNIPPETS_OFF: (attention_model(1, rows), {"SNIPPETS_MODE": "DISABLE"}),
-            "SDPA op": (sdpa_model(rows), {}), "SDPA op, KV-cache form": (sdpa_model(rows, kv_cache=True), {})}
+def forms(rows: int, width: int = WIDTH) -> dict:
+    """{label: (model, extra CPU properties)} of the OpenVINO forms at `rows` (HEADS heads of width / HEADS)."""
+    mha = lambda: attention_model(1, rows, HEADS, width)
+    return {FUSED: (untransposed(mha()), {}), KEY_APART: (mha(), {}),
+            SNIPPETS_OFF: (mha(), {"SNIPPETS_MODE": "DISABLE"}), "SDPA op": (sdpa_model(rows, HEADS, width), {}),
+            "SDPA op, KV-cache form": (sdpa_model(rows, HEADS, width, kv_cache=True), {})}
 
 
 def openvino_forms(feeds: dict, precision: str, threads: int, labels=None) -> tuple[dict, dict]:
     """The OpenVINO forms at `precision` (all, or those in `labels`) compiled for `feeds` (`inputs`): ({"OpenVINO
     LABEL": a no-argument runner on `feeds`}, {"OpenVINO LABEL": {profile, sdpa_kept}}), the profile that of a
     second compile's second run."""
-    rows = feeds["q"].shape[1]
+    _, rows, width = feeds["q"].shape
     runners, facts = {}, {}
-    for label, (model, extra) in forms(rows).items():
+    for label, (model, extra) in forms(rows, width).items():
         if labels is not None and label not in labels:
             continue
         request = compile_cpu(model, precision, threads, extra).create_infer_request()
@@ -170,46 +173,46 @@ def openvino_forms(feeds: dict, precision: str, threads: int, labels=None) -> tu
     return runners, facts
 
 
-def openvino_runs(rows: int, precision: str, threads: int, reps: int, labels=None) -> dict:
+def openvino_runs(rows: int, precision: str, threads: int, reps: int, labels=None, width: int = WIDTH) -> dict:
     """`openvino_forms` timed, interleaved: {"OpenVINO LABEL": {median_s, times_s, profile, sdpa_kept}}."""
-    runners, facts = openvino_forms(inputs(rows), precision, threads, labels)
+    runners, facts = openvino_forms(inputs(rows, width), precision, threads, labels)
     return {label: {**r, **facts[label]} for label, r in interleaved(runners, reps).items()}
 
 
-def inputs(rows: int) -> dict:
-    """q, k, v [1, rows, WIDTH] float32, the same in every process."""
-    return {n: np.random.default_rng(i).standard_normal((1, rows, WIDTH), dtype=np.float32)
+def inputs(rows: int, width: int = WIDTH) -> dict:
+    """q, k, v [1, rows, width] float32, the same in every process."""
+    return {n: np.random.default_rng(i).standard_normal((1, rows, width), dtype=np.float32)
             for i, n in enumerate("qkv")}
 
 
-def without_amx(rows: int, threads: int, reps: int) -> dict:
+def without_amx(rows: int, threads: int, reps: int, width: int = WIDTH) -> dict:
     """The fused MHA and snippets-off forms in bf16, timed in a child process whose oneDNN is capped below AMX
     (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, which OpenVINO's CPU plugin honours for its own kernels too): the rows
     "... , AMX off". Since the plugin labels every snippets `Subgraph` by its host ISA (`jit_avx512_bf16`, AMX
     or not), only this comparison shows whether the fused attention's matrix products run on AMX."""
     done = subprocess.run([sys.executable, "-m", "bench.ov_attention_kernels", "--child", str(rows), str(threads),
-                           str(reps), FUSED, SNIPPETS_OFF], check=True, capture_output=True, text=True, cwd=ROOT,
+                           str(reps), str(width), FUSED, SNIPPETS_OFF], check=True, capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "ONEDNN_MAX_CPU_ISA": NO_AMX_ISA})
     return {f"{label}{AMX_OFF}": r for label, r in json.loads(done.stdout.splitlines()[-1]).items()}
 
 
-def measure(rows: int, precision: str, threads: int, reps: int) -> dict:
+def measure(rows: int, precision: str, threads: int, reps: int, width: int = WIDTH) -> dict:
     """Every form at `rows` and `precision`: {label: {median_s, times_s, tflops, profile, sdpa_kept}}; in bf16 on
     an AMX CPU also the `without_amx` rows (their own process, right after; not interleaved with the rest)."""
     import torch
 
-    feeds = inputs(rows)
+    feeds = inputs(rows, width)
     runners, facts = openvino_forms(feeds, precision, threads)
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    q, k, v = (torch.from_numpy(a).view(1, rows, HEADS, WIDTH // HEADS).transpose(1, 2).to(dtype)
+    q, k, v = (torch.from_numpy(a).view(1, rows, HEADS, width // HEADS).transpose(1, 2).to(dtype)
                for a in feeds.values())
     runners["PyTorch sdpa"] = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)
     results = {label: {**r, **facts.get(label, {"profile": [], "sdpa_kept": None})}
                for label, r in interleaved(runners, reps).items()}
     if precision == "bf16" and cpu.has("amx_bf16"):
-        results.update(without_amx(rows, threads, reps))
-    flop = 4 * rows * rows * WIDTH
+        results.update(without_amx(rows, threads, reps, width))
+    flop = 4 * rows * rows * width
     return {label: {**r, "tflops": flop / r["median_s"] / 1e12} for label, r in results.items()}
 
 
@@ -232,10 +235,12 @@ def amx_verdict(fused: dict, capped: dict) -> str:
 
 
 def markdown(result: dict) -> str:
+    width = result.get("width", WIDTH)
     lines = ["# One attention in OpenVINO's CPU plugin: kernels and speed", "",
              (f"`{result['command']}` on {describe(result['machine'])}; CPU flags: {', '.join(result['cpu_flags'])}; "
-              f"{result['started']} - {result['finished']}. One attention, 16 heads x 64, q/k/v [1, N, 1024]; "
-              "medians of interleaved runs; TFLOP/s of QK^T and PV (4 N^2 x 1024 FLOP)."), ""]
+              f"{result['started']} - {result['finished']}. One attention, {HEADS} heads x {width // HEADS}, q/k/v "
+              f"[1, N, {width}]; medians of interleaved runs (each round in an order of its own); TFLOP/s of QK^T "
+              f"and PV (4 N^2 x {width} FLOP)."), ""]
     for case, by_label in result["cases"].items():
         lines += [f"## {case}", "", "| form | median s | TFLOP/s | SDPA node kept | OpenVINO kernels (profile, s) |",
                   "|---|---:|---:|---|---|"]
@@ -254,15 +259,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ov_attention_kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="784,4096", help="patches per frame, comma-separated (448^2: 784, "
                                                            "1024^2: 4096)")
+    parser.add_argument("--width", type=int, default=WIDTH, help=f"q/k/v width: {HEADS} heads of WIDTH/{HEADS} "
+                        f"(default {WIDTH}: Qwen3-VL-2B's heads of {WIDTH // HEADS})")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--suffix", default="")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)  # ROWS THREADS REPS LABEL...: without_amx's
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)  # ROWS THREADS REPS WIDTH LABEL...: without_amx's
     args = parser.parse_args(argv)
     if args.child:  # one line of JSON: openvino_runs in bf16 on the labelled forms (its parent sets the ISA cap)
-        rows, threads, reps, *labels = args.child
-        print(json.dumps(openvino_runs(int(rows), "bf16", int(threads), int(reps), labels)))
+        rows, threads, reps, width, *labels = args.child
+        print(json.dumps(openvino_runs(int(rows), "bf16", int(threads), int(reps), labels, int(width))))
         return 0
     from core import openvino_session
 
@@ -270,10 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {"command": "python -m bench.ov_attention_kernels " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": machine(), "cpu_flags": [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_int8")
                                                   if cpu.has(f)],
-              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cases": {}}
+              "width": args.width, "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cases": {}}
     for rows in (int(r) for r in args.rows.split(",")):
         for precision in precisions:
-            result["cases"][f"N = {rows}, {precision}"] = measure(rows, precision, args.threads, args.reps)
+            result["cases"][f"N = {rows}, {precision}"] = measure(rows, precision, args.threads, args.reps, args.width)
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     write_results(args.out, "ov-attention-kernels" + (f"-{args.suffix}" if args.suffix else ""), result,
                   markdown(result), TAG)
