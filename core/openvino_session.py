@@ -116,7 +116,7 @@ def compile_cpu(core, model, config: dict):
     copy of each block's attention output per run.
 
     Every top-level ScaledDotProductAttention is first written as the MatMul form the plugin runs with the key's
-    transpose fused (`core.openvino_attention.untranspose_keys`: bit-identical, 4% of a 1024x1024 inference).
+    transpose fused (`core.openvino_attention.untranspose_keys`: one attention at 4096 patches 283 against 296 ms).
     """
     taps = [op.output(i) for op in model.get_ops() if op.get_type_name() == "If" for i in range(op.get_output_size())]
     if taps:
