@@ -50,10 +50,10 @@ def interleaved(runners: dict, reps: int) -> dict[str, dict]:
     """Warm each runner once, then `reps` rounds over all runners, each round in an order of its own (shuffled,
     seeded: the same orders in every run); {label: {median_s, times_s}} (times in round order).
 
-    Why shuffled: a runner slows whatever runs right after it on this machine (PyTorch's OpenMP threads spin on
-    after its run: one OpenVINO attention at 784 patches took 14.54 ms right after a PyTorch sdpa call against
-    12.43 ms half a second later, medians of 15, 2026-11-29), so no runner may always follow the same one (a fixed
-    or merely rotated order keeps every runner's predecessor)."""
+    Why shuffled: a runner can slow whatever runs right after it (PyTorch's OpenMP threads spin on after its run;
+    seen on 2026-11-29 as a slower OpenVINO attention right after a PyTorch sdpa call than half a second later, by
+    hand, not a bench of this repo), so no runner may always follow the same one (a fixed or merely rotated order
+    keeps every runner's predecessor)."""
     for run in runners.values():
         run()
     order = random.Random(0)
