@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -256,6 +257,17 @@ def embed_also(manifest: dict, size: int) -> list[tuple[str, ...]]:
     return options
 
 
+#: A stage's line on a process's stderr (`core.progress.step`): "[embed] run ... on 4 entries (...): 28.1 s".
+STAGE_LINE = re.compile(r"^\[(?:embed|torch)\] (\S+).*: ([0-9.]+) s$")
+
+
+def stages(stderr: str) -> dict[str, float]:
+    """{stage: seconds} from a `runtime embed` or `bench.cpu_race_torch embed` process's stderr, each stage named by
+    the first word of its step (runtime embed: load, preprocess, wait (for the model's session), run; PyTorch:
+    import, load, preprocess, forward)."""
+    return {m[1]: float(m[2]) for m in map(STAGE_LINE.match, stderr.splitlines()) if m}
+
+
 def embed_race(package: Path, config: str, seed: int, size: int, threads: int, reps: int, tmp: Path,
                python: Path) -> dict:
     """Process wall time of `python -m runtime embed` (the package's default path; run by `python`, a
@@ -285,6 +297,7 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
                                   str(package), str(threads), *photos], ROOT, None),
     }
     times: dict[str, list[float]] = {label: [] for label in commands}
+    stage_times: dict[str, dict[str, list[float]]] = {label: {} for label in commands}
     lines: dict[str, str] = {}
     first: dict[str, dict[str, np.ndarray]] = {}  # each runtime command's features of its untimed run
     agree: dict[str, float] = {}  # the lowest min per-token cosine of a later run against that
@@ -292,10 +305,12 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
         for label, (command, cwd, env) in commands.items():
             start = time.perf_counter()
             done = subprocess.run(command, check=False, capture_output=True, text=True, cwd=cwd, env=env)
-            if rep >= 0:
-                times[label].append(round(time.perf_counter() - start, 3))
             if done.returncode:
                 raise RuntimeError(f"{label} failed: {done.stderr.strip().splitlines()[-1:]}")
+            if rep >= 0:
+                times[label].append(round(time.perf_counter() - start, 3))
+                for stage, seconds in stages(done.stderr).items():
+                    stage_times[label].setdefault(stage, []).append(seconds)
             lines[label] = next((line for line in done.stderr.splitlines() if "path:" in line), "")
             if label.startswith("runtime embed"):
                 with np.load(tmp / "embed.npz") as out:
@@ -310,6 +325,8 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
     return {"size": size, "photos": list(EMBED_PHOTOS), "threads": threads, "runtime_python": str(python),
             "times_s": times, "paths": lines, "repeat_min_token_cosine": agree,
             "median_s": medians, "path_line": lines.get("runtime embed (default path)", ""),
+            "stages_s": {label: {stage: statistics.median(t) for stage, t in by_stage.items()}
+                         for label, by_stage in stage_times.items()},
             "speedup_vs_torch_bf16": round(medians["PyTorch bf16 process"] / medians["runtime embed (default path)"],
                                            3)}
 
@@ -319,6 +336,20 @@ def _cell(r: dict, base: float | None) -> str:
     ratio = f", {base / r['median_s']:.2f}x bf16" if base else ""
     cos = f", {r['min_token_cosine']:.5f}" if r["min_token_cosine"] is not None else ""
     return f"{r['median_s']:.3f} s{ratio}{cos}, {r['tflops']:.2f} TFLOP/s"
+
+
+def stage_table(e: dict) -> list[str]:
+    """Markdown lines: where each process's time goes (its stages' medians; the rest: the wall time's median less
+    theirs, i.e. Python's start, the imports before the first stage, writing the result and exit)."""
+    lines = [("Where each process's time goes (medians over the rounds, s; each stage as the process printed it: "
+              "`runtime embed` waits for its model's session, opening since the process began, only after loading "
+              "and preprocessing the photos):"), "", "| command | median s | stages | the rest |", "|---|---:|---|---:|"]
+    for label, by_stage in e["stages_s"].items():
+        if by_stage:
+            rest = e["median_s"][label] - sum(by_stage.values())
+            shown = ", ".join(f"{stage} {seconds:.2f}" for stage, seconds in by_stage.items())
+            lines.append(f"| {label} | {e['median_s'][label]:.2f} | {shown} | {rest:.2f} |")
+    return [*lines, ""]
 
 
 def markdown(result: dict) -> str:
@@ -370,6 +401,8 @@ def markdown(result: dict) -> str:
                          f"{', '.join(f'{t:.2f}' for t in e['times_s'][label])} | "
                          f"{'' if repeat is None else f'{repeat:.6f}'} |")
         lines += ["", f"`runtime embed` is **{e['speedup_vs_torch_bf16']:.2f}x** PyTorch bf16.", ""]
+        if any(e.get("stages_s", {}).values()):
+            lines += stage_table(e)
     return "\n".join(lines)
 
 

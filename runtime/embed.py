@@ -197,7 +197,8 @@ def _embed(folder: Path, manifest: dict, opening: SessionOpening, image_paths: l
     with step(f"preprocess {what}", tag=TAG):
         packs = (entry_packs(processing.embed_pack, folder, *loaded) if engine.one_entry_per_run
                  else [processing.embed_pack(folder, *loaded)])
-    sess = opening.session(engine, model)
+    with step("wait for the model's session", tag=TAG):  # opening since the start (OpenVINO: compiling)
+        sess = opening.session(engine, model)
     names = [name for pack in packs for name in pack.names]
     with step(f"run {model.relative_to(folder)} on {len(names)} entries "
               f"({sum(sum(pack.tokens) for pack in packs)} tokens, {engine.describe()}"

@@ -59,3 +59,27 @@ def test_the_process_race_names_every_other_ranked_path(every_variant_packages, 
     monkeypatch.setattr(path_choice, "cpu_class", lambda: path_choice.AVX2)
     assert cpu_race.embed_also(manifest, 448) == []
     assert cpu_race.embed_also(manifest, 2048) == [("--engine", "onnxruntime", "--variant", "int8")]
+
+
+def test_the_pytorch_process_prints_its_stages(tmp_path):
+    """`bench.cpu_race_torch embed` (the race's PyTorch process) prints each stage's wall time in the form
+    `cpu_race.stages` reads: import, load, preprocess, forward. Run on the tiny Qwen3-VL config with its random
+    weights; the stage table puts the rest (the wall time less the stages) beside them."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    from families.qwen_vl import preprocess
+
+    weights, photo = tmp_path / "w.safetensors", tmp_path / "p.png"
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(photo)
+    preprocess.save_config(tmp_path)  # Qwen3-VL's processor, as a package holds it
+    run = lambda *args: subprocess.run([sys.executable, "-m", "bench.cpu_race_torch", *map(str, args)], check=True,
+                                       capture_output=True, text=True, cwd=cpu_race.ROOT)
+    run("save", "qwen3-vl-tiny", 0, weights)
+    err = run("embed", "qwen3-vl-tiny", weights, tmp_path, 1, photo).stderr
+    assert list(cpu_race.stages(err)) == ["import", "load", "preprocess", "forward"], err
+    e = {"median_s": {"PyTorch bf16 process": 10.0}, "stages_s": {"PyTorch bf16 process": cpu_race.stages(err)}}
+    row = next(line for line in cpu_race.stage_table(e) if line.startswith("| PyTorch"))
+    assert row.endswith(f"| {10.0 - sum(cpu_race.stages(err).values()):.2f} |"), row

@@ -282,6 +282,7 @@ def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys)
     two at a time on OpenVINO's streams, `embed.at_once`), bf16 (where the CPU has it) at a min per-token cosine >=
     core.engine.BF16_FLOOR; `verify` runs it."""
     pytest.importorskip("openvino", reason="the openvino extra is not installed")
+    from bench.cpu_race import stages
     from core import engine, openvino_session
     from runtime import verify
 
@@ -304,6 +305,8 @@ def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys)
             code, err = runtime_cli.main(["embed", *map(str, [*inputs, *options]), "--threads", "2"]), \
                 capsys.readouterr().err
             assert code == 0 and "the entries ran 2 at a time (OpenVINO's streams)" in err, err
+            # each stage's line, as bench.cpu_race reads them to say where a process's time goes
+            assert list(stages(err)) == ["load", "preprocess", "wait", "run"], err
         assert f"openvino {precision}" in err and "one entry per run" in err  # embed.entry_packs
         with np.load(out) as result:
             assert sorted(result.files) == sorted(expected)
