@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import ov_attention_kernels, runtime_venv
+from bench import cpu_race_torch, ov_attention_kernels, runtime_venv
 from bench.flops import encoder_flops
 from bench.ov_attention_kernels import attention_model
 from bench.runtime_worker import second_run_profile
@@ -47,6 +47,7 @@ from core import cpu, onnx_io
 from core.machine import describe, machine
 from core.parity import min_token_cosine
 from core.progress import say
+from runtime import embed as runtime_embed
 from runtime import path_choice
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,7 +259,7 @@ def embed_also(manifest: dict, size: int) -> list[tuple[str, ...]]:
 
 
 #: A stage's line on a process's stderr (`core.progress.step`): "[embed] run ... on 4 entries (...): 28.1 s".
-STAGE_LINE = re.compile(r"^\[(?:embed|torch)\] (\S+).*: ([0-9.]+) s$")
+STAGE_LINE = re.compile(rf"^\[(?:{runtime_embed.TAG}|{cpu_race_torch.TAG})\] (\S+).*: ([0-9.]+) s$")
 
 
 def stages(stderr: str) -> dict[str, float]:

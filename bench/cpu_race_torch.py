@@ -59,6 +59,7 @@ def embed(config: str, weights: str, package: str, threads: int, photos: list[st
                     grid_thw=torch.from_numpy(np.asarray(inputs["image_grid_thw"])), return_dict=True)
     print(f"embedded {len(photos)} photos: {tuple(out.pooler_output.shape)}", file=sys.stderr)
 
+
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "save":
