@@ -15,6 +15,7 @@ from builders.phi4_mm import family as phi4
 from core import session
 from core.errors import UsageError
 from families.phi4_mm import FAMILY as PHI4
+from tests import builds
 from tests.conftest import single_error
 
 
@@ -39,10 +40,9 @@ def io_dims(model: onnx.ModelProto) -> dict:
 
 
 @pytest.fixture(scope="module")
-def auto_export(tmp_path_factory):
-    out = tmp_path_factory.mktemp("auto") / "export"
-    assert vision.main(["--model", "qwen3-vl-tiny", "--dynamo", "--dynamic-shapes", "auto", "--out", str(out)]) == 0
-    return out
+def auto_export():
+    """`builders.vision --dynamo --dynamic-shapes auto` of the tiny config (tests.builds). Read-only."""
+    return builds.path(builds.export("qwen3-vl-tiny", "--dynamo", "--dynamic-shapes", "auto"))
 
 
 def test_qwen3_vl_auto_equals_named(auto_export, tiny_exports):

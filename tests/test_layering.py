@@ -11,27 +11,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.source import ROOT, imported_modules
+
 PRODUCT = ("core", "families", "builders", "surgery", "quantize", "release", "runtime")
 #: Packages only the development tree has: the product may not import them.
 NOT_PRODUCT = ("bench", "tests")
-
-
-def imported_modules(path: Path, package: str) -> list[tuple[int, str]]:
-    """(line, module) of every import statement in `path` (a module of `package`), relative imports resolved."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            found.append((node.lineno, module))
-    return found
 
 
 def product_files() -> list[Path]:

@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from runtime import npu
+from tests import builds
 from tests.conftest import single_error
 
 REASON = npu.unavailable()
@@ -17,17 +18,13 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=f"QNN EP HTP backend 
 
 
 @pytest.fixture(scope="module")
-def variants(tiny_static, tmp_path_factory) -> dict:
+def variants() -> dict:
     """{"qdq": Qwen3-VL 64x64 through quantize qnn, "fp16": Qwen2.5-VL 196x140 (windows cut at both edges) through
-    quantize fp16}. The QDQ model is the smallest: the simulator runs uint16 activations about 15x slower than fp16."""
-    from quantize import __main__ as quantize_cli
-
-    root = tmp_path_factory.mktemp("npu-variants")
-    qdq, fp16 = root / "qnn", root / "fp16"
-    assert quantize_cli.main(["qnn", str(tiny_static["qwen3-vl-tiny", "64x64"]), str(qdq), "--threads", "1"]) == 0
-    assert quantize_cli.main(["fp16", str(tiny_static["qwen2.5-vl-tiny", "196x140"]), str(fp16), "--threads", "1",
-                              "--outliers", "off"]) == 0
-    return {"qdq": qdq, "fp16": fp16}
+    quantize fp16}. The QDQ model is the smallest: the simulator runs uint16 activations about 15x slower than fp16.
+    Read-only."""
+    return {"qdq": builds.path(builds.stage(builds.export("qwen3-vl-tiny", "--static", "64x64"), "qnn")),
+            "fp16": builds.path(builds.stage(builds.export("qwen2.5-vl-tiny", "--static", "196x140"), "fp16",
+                                             "--outliers", "off"))}
 
 
 def npu_check(args, capsys) -> tuple[int, str, str]:

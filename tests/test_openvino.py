@@ -21,12 +21,13 @@ from core import onnx_io
 from core.parity import compare
 from families import of_model
 from families import validation as layouts_mod
+from tests import builds
 
 pytest.importorskip("openvino", reason="the openvino extra is not installed (make install installs it)")
 
 from core.openvino_session import OpenVINOSession
 
-#: (config, extra export flags) of the exports built here; the Qwen3-VL TorchScript/dynamo ones come from conftest.
+#: (config, extra export flags) of the exports read here; the Qwen3-VL TorchScript/dynamo ones come from conftest.
 EXPORTS = {
     "qwen2.5-vl torchscript": ("qwen2.5-vl-tiny", []),
     "phi-4-mm torchscript": ("phi-4-mm-tiny", []),
@@ -38,17 +39,10 @@ STANDARD = [name for name in EXPORTS if "standard" in name]
 
 
 @pytest.fixture(scope="module")
-def exports(tiny_exports, tmp_path_factory) -> dict:
-    """{name: export folder}: the conftest Qwen3-VL exports and those of EXPORTS."""
-    from builders import vision
-
-    root = tmp_path_factory.mktemp("openvino-exports")
+def exports(tiny_exports) -> dict:
+    """{name: export folder}: the conftest Qwen3-VL exports and those of EXPORTS (tests.builds). Read-only."""
     folders = {"qwen3-vl torchscript": tiny_exports["torchscript"], "qwen3-vl dynamo": tiny_exports["dynamo"]}
-    for name, (config, extra) in EXPORTS.items():
-        out = root / name.replace(" ", "-")
-        assert vision.main(["--model", config, "--out", str(out), *extra]) == 0, name
-        folders[name] = out
-    return folders
+    return folders | {name: builds.path(builds.export(config, *extra)) for name, (config, extra) in EXPORTS.items()}
 
 
 _EAGER: dict = {}

@@ -6,7 +6,6 @@ One stage run per session (the conftest's tiny optimized stage as IN), one packa
 """
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -21,29 +20,26 @@ from families import of_model
 from families import validation as layouts_mod
 from quantize import __main__ as quantize_cli
 from quantize import ov_int8, photo_check
-from release.package import package
 from runtime import __main__ as runtime_cli
 from runtime import sample_photos
+from tests import builds
 from tests.conftest import single_error, snapshot
 
-
-@pytest.fixture(scope="module")
-def stage(tiny_optimized, tmp_path_factory):
-    """The ov-int8 stage folder of the tiny optimized model, through the command with its defaults."""
-    out = tmp_path_factory.mktemp("ov-int8") / "ov-int8"
-    assert quantize_cli.main(["ov-int8", str(tiny_optimized), str(out), "--threads", "2"]) == 0
-    return out
+STAGE = builds.stage(builds.QWEN3_VL_OPTIMIZED, "ov-int8", "--threads", "2")
 
 
 @pytest.fixture(scope="module")
-def dist(stage, tiny_exports, tiny_optimized, tmp_path_factory):
-    """dist/qwen3-vl-tiny/ of a build holding the export, optimize and ov-int8 stages."""
-    root = tmp_path_factory.mktemp("ov-int8-package")
-    build = root / "build"
-    for name, folder in (("export", tiny_exports["torchscript"]), ("optimized", tiny_optimized), ("ov-int8", stage)):
-        shutil.copytree(folder, build / name)
-    folder, _ = package(build, root / "dist", threads=1)
-    return folder
+def stage():
+    """The ov-int8 stage folder of the tiny optimized model, through the command with its defaults (two threads).
+    Read-only."""
+    return builds.path(STAGE)
+
+
+@pytest.fixture(scope="module")
+def dist():
+    """dist/qwen3-vl-tiny/ of a build holding the export, optimize and ov-int8 stages. Read-only."""
+    stages = {"export": builds.QWEN3_VL, "optimized": builds.QWEN3_VL_OPTIMIZED, "ov-int8": STAGE}
+    return builds.path(builds.package("qwen3-vl-tiny", stages)) / "qwen3-vl-tiny"
 
 
 def test_the_stage_is_at_its_floor_at_every_layout(stage, tiny_optimized):

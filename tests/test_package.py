@@ -22,33 +22,23 @@ from release import stages
 from release.package import package, sums_text
 from runtime import __main__ as runtime_cli
 from runtime import unpack
+from tests import builds
 from tests.conftest import single_error
 
 NAME = "qwen3-vl-tiny"
 
 
 @pytest.fixture(scope="module")
-def build(tiny_exports, tmp_path_factory) -> Path:
+def build(tmp_path_factory) -> Path:
     """build/qwen3-vl-tiny/{export, surgery, optimized, int4} from the tiny TorchScript export, through the
-    commands of `make export`."""
-    from quantize import __main__ as quantize_cli
-    from surgery import cli as surgery_cli
-
-    root = tmp_path_factory.mktemp("build") / NAME
-    shutil.copytree(tiny_exports["torchscript"], root / "export")
-    assert surgery_cli.main(["stage", str(root / "export"), str(root / "surgery")]) == 0
-    assert quantize_cli.main(["optimize", str(root / "surgery"), str(root / "optimized"), "--threads", "1"]) == 0
-    assert quantize_cli.main(["int4", str(root / "optimized"), str(root / "int4"), "--block-size", "32",
-                              "--threads", "1"]) == 0
-    return root
+    commands of `make export` (builds.QWEN3_VL_STAGES; a copy: tests write beside it)."""
+    return builds.assemble(builds.QWEN3_VL_STAGES, tmp_path_factory.mktemp("build") / NAME)
 
 
 @pytest.fixture(scope="module")
-def dist(build, tmp_path_factory) -> Path:
-    """dist/ holding the package of `build`, made through the command line."""
-    out = tmp_path_factory.mktemp("dist")
-    assert release_cli.main(["package", str(build), "--dist", str(out), "--threads", "1"]) == 0
-    return out
+def dist() -> Path:
+    """dist/ holding the package of `build`, made through the command line (builds.package). Read-only."""
+    return builds.path(builds.package(NAME, builds.QWEN3_VL_STAGES))
 
 
 def verify(path, capsys) -> tuple[int, str]:
@@ -381,14 +371,9 @@ def test_verify_bad_input(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def phi_package(tmp_path_factory) -> Path:
-    """dist/phi-4-mm-tiny/ from a tiny Phi-4-multimodal export (the second family)."""
-    from builders import vision
-
-    root = tmp_path_factory.mktemp("phi")
-    assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(root / "build/phi-4-mm-tiny/export")]) == 0
-    folder, _ = package(root / "build/phi-4-mm-tiny", root / "dist", threads=1)
-    return folder
+def phi_package() -> Path:
+    """dist/phi-4-mm-tiny/ from a tiny Phi-4-multimodal export (the second family). Read-only."""
+    return builds.path(builds.package("phi-4-mm-tiny", {"export": builds.PHI4_MM})) / "phi-4-mm-tiny"
 
 
 def test_phi4_package_verifies(phi_package, capsys):

@@ -8,25 +8,20 @@ import json
 import numpy as np
 import pytest
 
-from builders import vision
 from families import PHI4_MM
-from quantize import __main__ as quantize_cli
 from runtime import __main__ as runtime_cli
-from surgery import cli as surgery_cli
+from tests import builds
 from tests.conftest import single_error
 
 
 @pytest.fixture(scope="module")
 def stages(tmp_path_factory):
-    """{stage: folder} after running the pipeline's commands on the tiny Phi-4 config."""
-    root = tmp_path_factory.mktemp("phi4-pipeline")
-    folders = {name: root / name for name in ("export", "surgery", "optimized", "int8", "int4")}
-    assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(folders["export"])]) == 0
-    assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
-    assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
-    for stage in ("int8", "int4"):  # with the options `make export` ships (the family's declared flags)
-        assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), "--shipped"]) == 0
-    return folders
+    """{stage: folder} after running the pipeline's commands on the tiny Phi-4 config (int8 and int4 with the
+    options `make export` ships: the family's declared flags), laid out as build/MODEL/ (a copy)."""
+    recipes = builds.chain(builds.PHI4_MM, ("surgery", "surgery"), ("optimized", "optimize"),
+                           ("int8", "int8", "--shipped"), ("int4", "int4", "--shipped"))
+    root = builds.assemble(recipes, tmp_path_factory.mktemp("phi4-pipeline") / "phi-4-mm-tiny")
+    return {name: root / name for name in recipes}
 
 
 def _report(folder) -> dict:

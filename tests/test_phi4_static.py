@@ -15,18 +15,18 @@ from core.parity import compare
 from core.session import open_session
 from families.phi4_mm import layouts
 from runtime import npu
+from tests import builds
 from tests.conftest import export_phi4_tiny, single_error
 
 SIZE, IMAGE = "600x250", [[250, 600]]  # 1 x 2 HD crops + the global one; 27 of 32 patch rows real
+STATIC = builds.export("phi-4-mm-tiny", "--static", SIZE)
+STATIC_QNN = builds.stage(STATIC, "qnn")
 
 
 @pytest.fixture(scope="module")
-def static(tmp_path_factory):
-    from builders import vision
-
-    out = tmp_path_factory.mktemp("phi4-static") / "export"
-    assert vision.main(["--model", "phi-4-mm-tiny", "--static", SIZE, "--out", str(out)]) == 0
-    return out
+def static():
+    """`builders.vision --static 600x250` of the tiny config (builds.export). Read-only."""
+    return builds.path(STATIC)
 
 
 def _full_inputs(seed: int) -> dict[str, np.ndarray]:
@@ -73,14 +73,10 @@ needs_qnn = pytest.mark.skipif(npu.unavailable() is not None,
 
 
 @pytest.fixture(scope="module")
-def static_qnn(static, tmp_path_factory):
+def static_qnn():
     """The static model's A16W8 QDQ form (`quantize qnn`). Its biases, all zeros with random weights, are one shared
-    tensor in the export: the stage gives each reader its own copy, else the HTP refuses the model."""
-    from quantize import __main__ as quantize_cli
-
-    out = tmp_path_factory.mktemp("phi4-static") / "qnn"
-    assert quantize_cli.main(["qnn", str(static), str(out), "--threads", "1"]) == 0
-    return out
+    tensor in the export: the stage gives each reader its own copy, else the HTP refuses the model. Read-only."""
+    return builds.path(STATIC_QNN)
 
 
 @needs_qnn
@@ -106,21 +102,11 @@ def test_every_node_on_the_htp(static, static_qnn, tmp_path, capsys, stage):
 # --- in a package (docs/npu.md "In a package") ---------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def phi_dist(static, static_qnn, tmp_path_factory):
+def phi_dist():
     """dist/phi-4-mm-tiny/ of a build with the dynamic export and the static-600x250/{export, qnn} bucket, made by
-    `release package`."""
-    import shutil
-
-    from builders import vision
-    from release import __main__ as release_cli
-
-    root = tmp_path_factory.mktemp("phi4-package")
-    build = root / "phi-4-mm-tiny"
-    assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(build / "export")]) == 0
-    shutil.copytree(static, build / f"static-{SIZE}" / "export")
-    shutil.copytree(static_qnn, build / f"static-{SIZE}" / "qnn")
-    assert release_cli.main(["package", str(build), "--dist", str(root / "dist"), "--threads", "1"]) == 0
-    return root / "dist" / "phi-4-mm-tiny"
+    `release package` (builds.package). Read-only."""
+    stages = {"export": builds.PHI4_MM, f"static-{SIZE}/export": STATIC, f"static-{SIZE}/qnn": STATIC_QNN}
+    return builds.path(builds.package("phi-4-mm-tiny", stages)) / "phi-4-mm-tiny"
 
 
 def test_a_package_ships_and_verifies_the_phi4_bucket(phi_dist, capsys):

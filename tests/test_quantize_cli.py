@@ -8,23 +8,20 @@ import pytest
 from quantize import __main__ as cli
 from quantize import quantizers
 from quantize.options import StageRun
-from tests import support
+from tests import builds, support
 from tests.conftest import single_error
 
 
 @pytest.fixture(scope="module")
-def optimized(tiny_exports, tiny_optimized, tmp_path_factory):
-    """{exporter: optimized stage folder} (TorchScript's is the session's shared one)."""
-    out = {"torchscript": tiny_optimized, "dynamo": tmp_path_factory.mktemp("optimized") / "dynamo"}
-    assert cli.main(["optimize", str(tiny_exports["dynamo"]), str(out["dynamo"]), "--threads", "1"]) == 0
-    return out
+def optimized(tiny_optimized):
+    """{exporter: optimized stage folder} (TorchScript's is the session's shared one). Read-only."""
+    return {"torchscript": tiny_optimized, "dynamo": builds.path(builds.stage(builds.QWEN3_VL_DYNAMO, "optimize"))}
 
 
 @pytest.fixture(scope="module")
-def int4_folder(optimized, tmp_path_factory):
-    out = tmp_path_factory.mktemp("int4") / "int4"
-    assert cli.main(["int4", str(optimized["torchscript"]), str(out), "--block-size", "32", "--threads", "1"]) == 0
-    return out
+def int4_folder():
+    """The int4 stage (blocks of 32) of the TorchScript export's optimize stage. Read-only."""
+    return builds.path(builds.stage(builds.QWEN3_VL_OPTIMIZED, "int4", "--block-size", "32"))
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

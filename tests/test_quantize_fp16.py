@@ -16,17 +16,16 @@ from core.session import open_session
 from quantize import __main__ as cli
 from quantize import fp16, fp16_emulation, fp16_plan, outlier_check, outliers, quantizers, stage
 from quantize.passes import elem_types, float16
+from tests import builds
 from tests.conftest import single_error
 
 RUNS = ("validation", "cpu_execution_provider")
 
 
 @pytest.fixture(scope="module")
-def fp16_stage(tiny_optimized, tmp_path_factory):
-    """The fp16 stage folder of the tiny optimized model, through the command line."""
-    out = tmp_path_factory.mktemp("fp16") / "fp16"
-    assert cli.main(["fp16", str(tiny_optimized), str(out), "--threads", "1"]) == 0
-    return out
+def fp16_stage():
+    """The fp16 stage folder of the tiny optimized model, through the command line (builds.stage). Read-only."""
+    return builds.path(builds.stage(builds.QWEN3_VL_OPTIMIZED, "fp16"))
 
 
 def test_every_layout_finite_and_within_floor(fp16_stage, tiny_optimized):
@@ -224,10 +223,7 @@ def test_plan_keeps_what_would_overflow(tiny_optimized, tmp_path):
 def test_phi4_mask_bias_stays_fp32(tmp_path):
     """Phi-4-multimodal's unfused attention adds a float32-lowest key-padding bias (-3.4e38): float16 would make
     it -inf and a fully padded row NaN; the plan keeps that Add float32 by its measured magnitude."""
-    from builders import vision  # torch: the export stage of the tiny Phi-4 config
-
-    export = tmp_path / "export"
-    assert vision.main(["--model", "phi-4-mm-tiny", "--out", str(export)]) == 0
+    export = builds.path(builds.PHI4_MM)
     out = tmp_path / "fp16"
     assert cli.main(["fp16", str(export), str(out), "--threads", "1"]) == 0
     report = json.loads((out / "report.json").read_text())

@@ -8,7 +8,6 @@ The tiny configs are found, not listed (`TINY`): every configs/*-tiny.yaml of a 
 of 16 x 16 patches — runs through every test here without an edit."""
 
 import json
-import shutil
 
 import numpy as np
 import onnx
@@ -28,7 +27,7 @@ from families.qwen_vl.layouts import window_packs
 from quantize import __main__ as quantize_cli
 from release import __main__ as release_cli
 from runtime import __main__ as runtime_cli
-from surgery import cli as surgery_cli
+from tests import builds
 from tests.conftest import single_error
 from tests.support import RANDOM_PACKS, assert_cases_within_tolerance, quadratic_tensors, runtime_shapes
 
@@ -59,16 +58,17 @@ WINDOW_PACKS = [[[1, 2, 2]], [[1, 8, 8], [1, 10, 2]], [[3, 6, 18]], [[1, 30, 14]
 
 
 @pytest.fixture(scope="module")
-def exports(tmp_path_factory) -> dict:
-    """{(config name, exporter): folder} of the tiny exports, built once."""
-    root = tmp_path_factory.mktemp("generations")
-    folders = {}
-    for name in TINY:
-        for path in PATHS:
-            out = root / f"{name}-{path}"
-            assert vision.main(["--model", name, "--out", str(out)] + (["--dynamo"] if path == "dynamo" else [])) == 0
-            folders[name, path] = out
-    return folders
+def exports() -> dict:
+    """{(config name, exporter): folder} of the tiny exports (tests.builds). Read-only."""
+    return {(name, path): builds.path(builds.export(name, *(["--dynamo"] if path == "dynamo" else [])))
+            for name in TINY for path in PATHS}
+
+
+def stage_recipes(config: str) -> dict:
+    """{stage: Recipe}: surgery, optimize, int8, int4 (the family's shipped flags, `--shipped`) and fp16 of the
+    TorchScript export, as `make export FP16=1` runs them."""
+    return builds.chain(builds.export(config), ("surgery", "surgery"), ("optimized", "optimize"),
+                        ("int8", "int8", "--shipped"), ("int4", "int4", "--shipped"), ("fp16", "fp16"))
 
 
 @pytest.fixture(scope="module")
@@ -185,21 +185,12 @@ def test_windows_run_batched_and_no_n_by_n_tensor(exports, path, tmp_path):
 
 # ---------------------------------------------------------------- every stage of `make export`
 @pytest.fixture(scope="module")
-def stages(exports, tmp_path_factory) -> dict:
-    """{config name: {stage: folder}}: surgery, optimize, int8, int4 (the family's shipped flags, `--shipped`) and fp16 of the
-    TorchScript exports, laid out as `make export FP16=1` lays out build/MODEL/."""
+def stages(tmp_path_factory) -> dict:
+    """{config name: {stage: folder}}: `stage_recipes` laid out as `make export FP16=1` lays out build/MODEL/ (a
+    copy of the cached builds)."""
     root = tmp_path_factory.mktemp("generation-stages")
-    out = {}
-    for config in TINY:
-        folders = {name: root / config / name for name in ("export", "surgery", "optimized", "int8", "int4", "fp16")}
-        shutil.copytree(exports[config, "torchscript"], folders["export"])
-        assert surgery_cli.main(["stage", str(folders["export"]), str(folders["surgery"])]) == 0
-        assert quantize_cli.main(["optimize", str(folders["surgery"]), str(folders["optimized"])]) == 0
-        for stage in ("int8", "int4"):
-            assert quantize_cli.main([stage, str(folders["optimized"]), str(folders[stage]), "--shipped"]) == 0
-        assert quantize_cli.main(["fp16", str(folders["optimized"]), str(folders["fp16"])]) == 0
-        out[config] = folders
-    return out
+    builds_of = {config: builds.assemble(stage_recipes(config), root / config) for config in TINY}
+    return {config: {name: build / name for name in stage_recipes(config)} for config, build in builds_of.items()}
 
 
 @pytest.mark.parametrize("config", TINY)
@@ -275,13 +266,9 @@ def test_a_model_of_another_family_is_refused(checkpoints, tmp_path, capsys):
 
 # ---------------------------------------------------------------- package, verify, embed, genai
 @pytest.fixture(scope="module")
-def packages(stages, tmp_path_factory) -> dict:
-    """{config name: dist/MODEL} made by `python -m release package` from the stages."""
-    dist = tmp_path_factory.mktemp("generation-dist")
-    for name in TINY:
-        assert release_cli.main(["package", str(stages[name]["export"].parent), "--dist", str(dist),
-                                 "--threads", "1"]) == 0
-    return {name: dist / name for name in TINY}
+def packages() -> dict:
+    """{config name: dist/MODEL} made by `python -m release package` from the stages (builds.package). Read-only."""
+    return {name: builds.path(builds.package(name, stage_recipes(name))) / name for name in TINY}
 
 
 @pytest.mark.parametrize("name", TINY)

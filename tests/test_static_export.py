@@ -13,7 +13,8 @@ from core import static_graph
 from core.parity import compare
 from core.session import open_session
 from families.static_size import StaticSize
-from tests.conftest import TINY_STATIC, single_error
+from tests.builds import TINY_STATIC
+from tests.conftest import single_error
 
 CASES = [(model, size) for model, sizes in TINY_STATIC.items() for size in sizes]
 

@@ -24,6 +24,7 @@ from release.package import package, sums_text
 from runtime import __main__ as runtime_cli
 from runtime import buckets, npu, path_choice
 from runtime.verify import sha256
+from tests import builds
 from tests.conftest import single_error
 
 NAME = "qwen3-vl-tiny"
@@ -35,32 +36,28 @@ FILES = {"onnx/vision_encoder_static_64x64.onnx", "onnx/vision_encoder_static_64
          "onnx/vision_encoder_static_96x64_qdq.onnx"}
 
 
-@pytest.fixture(scope="module")
-def static_build(tiny_exports, tiny_static, tmp_path_factory) -> Path:
-    """build/qwen3-vl-tiny/{export, static-64x64/{export, qnn, fp16}, static-96x64/{export, qnn}}, through the
-    commands of `make export` and `make export STATIC=64x64,96x64`."""
-    from quantize import __main__ as quantize_cli
-
-    root = tmp_path_factory.mktemp("static-build") / NAME
-    shutil.copytree(tiny_exports["torchscript"], root / "export")
+def static_recipes() -> dict:
+    """{stage folder: Recipe} of build/qwen3-vl-tiny/{export, static-64x64/{export, qnn, fp16},
+    static-96x64/{export, qnn}}: the commands of `make export` and `make export STATIC=64x64,96x64`."""
+    found = {"export": builds.QWEN3_VL}
     for size, stage_names in STATIC.items():
-        folder = root / f"static-{size}"
-        shutil.copytree(tiny_static["qwen3-vl-tiny", size], folder / "export")
-        assert quantize_cli.main(["qnn", str(folder / "export"), str(folder / "qnn"), "--threads", "1"]) == 0
+        export = found[f"static-{size}/export"] = builds.export(NAME, "--static", size)
+        found[f"static-{size}/qnn"] = builds.stage(export, "qnn")
         if "fp16" in stage_names:
-            assert quantize_cli.main(["fp16", str(folder / "export"), str(folder / "fp16"), "--threads", "1",
-                                      "--outliers", "off"]) == 0
-    return root
+            found[f"static-{size}/fp16"] = builds.stage(export, "fp16", "--outliers", "off")
+    return found
 
 
 @pytest.fixture(scope="module")
-def static_dist(static_build, tmp_path_factory) -> Path:
-    """dist/qwen3-vl-tiny/ of `static_build`, made through `python -m release package`."""
-    from release import __main__ as release_cli
+def static_build(tmp_path_factory) -> Path:
+    """build/qwen3-vl-tiny/ of `static_recipes` (a copy: tests write beside it)."""
+    return builds.assemble(static_recipes(), tmp_path_factory.mktemp("static-build") / NAME)
 
-    out = tmp_path_factory.mktemp("static-dist")
-    assert release_cli.main(["package", str(static_build), "--dist", str(out), "--threads", "1"]) == 0
-    return out / NAME
+
+@pytest.fixture(scope="module")
+def static_dist() -> Path:
+    """dist/qwen3-vl-tiny/ of `static_build`, made through `python -m release package`. Read-only."""
+    return builds.path(builds.package(NAME, static_recipes())) / NAME
 
 
 def verify(path, capsys) -> tuple[int, str]:

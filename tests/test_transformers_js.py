@@ -3,13 +3,11 @@ encoders on real photos of several sizes and a two-image call, with the library'
 grids and features must agree with `python -m runtime embed` on the same files (bench/transformers_js.py)."""
 
 import json
-import shutil
 
 import pytest
 
 from bench import transformers_js
-from quantize import __main__ as quantize_cli
-from release import __main__ as release_cli
+from tests import builds
 
 pytestmark = pytest.mark.skipif(transformers_js.node_missing() is not None,
                                 reason=f"transformers.js needs Node: {transformers_js.node_missing()}")
@@ -25,16 +23,12 @@ def _tie_side(height_or_width: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def package(tiny_exports, tiny_optimized, tmp_path_factory):
-    """dist/qwen3-vl-tiny with fp32 and int8 encoders, made by the commands of `make export` / `make package`."""
-    root = tmp_path_factory.mktemp("tjs-build") / NAME
-    shutil.copytree(tiny_exports["torchscript"], root / "export")
-    shutil.copytree(tiny_optimized, root / "optimized")
-    assert quantize_cli.main(["int8", str(root / "optimized"), str(root / "int8"), "--threads", "1",
-                              "--outliers", "off"]) == 0  # the outlier check has its own tests
-    dist = tmp_path_factory.mktemp("tjs-dist")
-    assert release_cli.main(["package", str(root.parent / NAME), "--dist", str(dist), "--threads", "1"]) == 0
-    return dist / NAME
+def package():
+    """dist/qwen3-vl-tiny with fp32 and int8 encoders, made by the commands of `make export` / `make package` (the
+    int8 stage without the outlier check: it has its own tests). Read-only."""
+    stages = {"export": builds.QWEN3_VL, "optimized": builds.QWEN3_VL_OPTIMIZED,
+              "int8": builds.stage(builds.QWEN3_VL_OPTIMIZED, "int8", "--outliers", "off")}
+    return builds.path(builds.package(NAME, stages)) / NAME
 
 
 @pytest.fixture(scope="module")
