@@ -12,8 +12,8 @@ Why: OpenVINO 2026.4.1's CPU plugin gives every If body memory of its own (its i
 intermediates, its outputs copied out), shared with no other If. Our attention is an If per block
 (builders/qwen_vl/segment_attention.py, window_attention.py), so resident memory grew by a few tensors of the
 image's size per block: at Qwen3-VL-2B's 24 blocks a 2048x2048 photo in bf16 went past 12 GiB (the OOM killer
-stopped it beside other processes). The outputs are bit-identical (`python -m bench.openvino_branches` measures
-both forms: time, peak memory, outputs).
+stopped it beside other processes). The outputs are bit-identical (bench/openvino_branches.py, retired at commit
+c9ada23, measured both forms: time, peak memory, outputs; bench/results/openvino-branches.md).
 
 Where a condition reads a float input's values (no graph of this tool does), two Ifs share a name, a shape the
 conditions read stays unknown, or the model has no If, it runs as it is (`compile_cpu`'s taps kept for its Ifs).

@@ -256,8 +256,8 @@ def performance_hint(at_once: int) -> dict:
     """The CPU plugin's performance properties for a session given `at_once` inputs at a time: LATENCY for one (all
     threads on each run); else THROUGHPUT for that many requests, the plugin choosing its streams (each on a share of
     the threads; 2 streams of 1 thread on 2 cores). Qwen3-VL-2B's ov-int8, four 1024x1024 photos, 2 cores of the
-    AMX Xeon: 1.21x and 1.34x the LATENCY form's speed in two runs of `python -m bench.ov_streams`
-    (docs/runtime-openvino.md, "Several entries at once")."""
+    AMX Xeon: 1.21x and 1.34x the LATENCY form's speed in two runs of bench/ov_streams.py (retired at commit
+    c9ada23; bench/results/ov-streams-amx.md; docs/runtime-openvino.md, "Several entries at once")."""
     if at_once <= 1:
         return {"PERFORMANCE_HINT": "LATENCY"}
     return {"PERFORMANCE_HINT": "THROUGHPUT", "PERFORMANCE_HINT_NUM_REQUESTS": at_once}

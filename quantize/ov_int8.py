@@ -333,7 +333,8 @@ def if_bodies_as_ops(model):
 def nncf_arguments(options: OvInt8Options, float_names: list[str], items: int, types: tuple[str, ...]) -> dict:
     """The keyword arguments of `nncf.quantize` besides the model and data set: the stage's settings with
     `float_names` and every node of `types` (IGNORED_TYPES; ONNX's names for the ONNX backend) ignored. One home
-    for them: `bench.ov_int8_form` quantizes the ONNX file with NNCF's ONNX backend and the same arguments."""
+    for them: bench/ov_int8_form.py (retired at commit c9ada23) quantized the ONNX file with NNCF's ONNX backend
+    and the same arguments."""
     nncf = _nncf()
     from nncf.quantization.advanced_parameters import (
         AdvancedQuantizationParameters,

@@ -79,8 +79,8 @@ def reductions_run_early():
 
     Its MinMax model adds a ReduceMin and a ReduceMax per tensor; in ONNX Runtime's default execution order they run
     late and every activation stays alive until then. One photo at Qwen3-VL-2B's 448 x 448 static export
-    (`python -m bench.qnn_memory`, bench/results/qnn-memory.md): 10.43 GiB peak resident in the default order, 1.89
-    GiB in PRIORITY_BASED, about the model's without the reductions (1.85 GiB). The ranges are the same whatever the
+    (bench/qnn_memory.py, retired at commit c9ada23; bench/results/qnn-memory.md): 10.43 GiB peak resident in the
+    default order, 1.89 GiB in PRIORITY_BASED, about the model's without the reductions (1.85 GiB). The ranges are the same whatever the
     order (tests/test_quantize_qnn.py compares the QDQ models byte for byte)."""
     from onnxruntime.quantization import calibrate
 

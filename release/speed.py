@@ -64,7 +64,7 @@ def measure(build: str | Path, size: str = "448x448", threads: int = 1, reps: in
         raise UsageError(f"--threads and --reps must be >= 1, got {threads} and {reps}")
     results = {}
     for variant in stages.variants(found):
-        if variant.folder != "onnx":  # an OpenVINO IR: timed by bench.ov_int8_form, not by ONNX Runtime
+        if variant.folder != "onnx":  # an OpenVINO IR: ONNX Runtime cannot open it
             continue
         say(f"time {variant.stage.name} ({variant.name}) at {size}, {threads} thread(s), {reps} runs")
         runs = time_model(variant.stage.model, cases[size], threads, reps)

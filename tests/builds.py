@@ -164,8 +164,9 @@ def export(model: str, *flags: str) -> Recipe:
     return Recipe("export", ("builders.vision",), (model, flags), make, _config_files(model))
 
 
-def stage(parent: Recipe, command: str, *flags: str) -> Recipe:
-    """`python -m surgery stage` or `python -m quantize COMMAND` on `parent`'s folder, one thread."""
+def stage(parent: Recipe, command: str, *flags: str, int4: Recipe | None = None) -> Recipe:
+    """`python -m surgery stage` or `python -m quantize COMMAND` on `parent`'s folder, one thread (q4f16: with
+    `--int4` the folder of the `int4` recipe, the stage whose recipe it takes)."""
     def make(out: Path, parents: list[Path]) -> None:
         if command == "surgery":
             from surgery import cli
@@ -174,23 +175,27 @@ def stage(parent: Recipe, command: str, *flags: str) -> Recipe:
         else:
             from quantize import __main__ as cli
 
-            _ok(cli.main([command, str(parents[0]), str(out), "--threads", "1", *flags]), f"{command} {flags}")
+            extra = ["--int4", str(parents[1])] if int4 is not None else []
+            _ok(cli.main([command, str(parents[0]), str(out), "--threads", "1", *extra, *flags]),
+                f"{command} {flags}")
 
     if command == "surgery":
         return Recipe(command, ("surgery.cli",), flags, make, parents=(parent,))
     # quantize/__main__.py imports every stage's module to dispatch; a stage's build depends on the dispatcher's
     # own text and on its own module's closure, not on the other stages' modules.
     entries = (f"quantize.{command.replace('-', '_')}", "quantize.options", "core.errors", "core.onnx_io", "families")
-    return Recipe(command, entries, flags, make, ("quantize/__main__.py",), parents=(parent,))
+    return Recipe(command, entries, flags, make, ("quantize/__main__.py",),
+                  parents=(parent,) if int4 is None else (parent, int4))
 
 
 def chain(export_recipe: Recipe, *steps: tuple) -> dict[str, Recipe]:
     """{"export": export_recipe, step name: Recipe}: each step `(name, command, *flags)` reads the folder of the
-    step before it, except the quantize stages after "optimized", which all read "optimized" (as `make export`)."""
+    step before it, except the quantize stages after "optimized", which all read "optimized" (as `make export`);
+    q4f16 takes the recipe of the "int4" step (its --int4)."""
     found = {"export": export_recipe}
     for name, command, *flags in steps:
         source = found.get("optimized", list(found.values())[-1])
-        found[name] = stage(source, command, *flags)
+        found[name] = stage(source, command, *flags, int4=found["int4"] if command == "q4f16" else None)
     return found
 
 
@@ -256,6 +261,23 @@ def every_variant(export_recipe: Recipe) -> dict[str, Recipe]:
     would be every MatMul of a tiny model)."""
     return chain(export_recipe, ("surgery", "surgery"), ("optimized", "optimize"), ("int8", "int8"),
                  ("int4", "int4", "--block-size", "32"), ("fp16", "fp16"), ("q4f16", "q4f16"))
+
+
+def transformers_js_node() -> Recipe:
+    """`npm ci --ignore-scripts` of bench/node (transformers.js 4.3.1 and onnxruntime-node, pinned by its
+    lockfile): the folder with node_modules/, the driver scripts and browser/ (the page `run_browser` serves,
+    copied here first so that its own copy changes nothing of the build)."""
+    from bench import transformers_js  # imported here: most test modules never need it
+
+    def make(out: Path, _parents: list[Path]) -> None:
+        transformers_js.install(out)
+        (out / "browser").mkdir()
+        for name in transformers_js.BROWSER_FILES:
+            shutil.copyfile(transformers_js.BROWSER_DIR / name, out / "browser" / name)
+
+    files = tuple(f"bench/node/{name}" for name in transformers_js.NODE_FILES) + tuple(
+        f"bench/browser/{name}" for name in transformers_js.BROWSER_FILES)
+    return Recipe("transformers-js-node", ("bench.transformers_js",), (), make, files)
 
 
 # ---------------------------------------------------------------- the builds more than one test module reads

@@ -45,15 +45,16 @@ def tiny_optimized():
 
 
 @pytest.fixture(scope="session")
-def transformers_js_node(tmp_path_factory):
-    """bench/node installed once (`npm ci --ignore-scripts`, pinned by its lockfile): transformers.js 4.3.1 and
-    onnxruntime-node, shared by every transformers.js test; skips with the reason where Node is missing."""
+def transformers_js_node():
+    """bench/node installed once (`npm ci --ignore-scripts`, pinned by its lockfile; builds.transformers_js_node):
+    transformers.js 4.3.1 and onnxruntime-node, shared by every transformers.js test; skips with the reason where
+    Node is missing. Read-only."""
     from bench import transformers_js
 
     missing = transformers_js.node_missing()
     if missing is not None:
         pytest.skip(f"transformers.js needs Node: {missing}")
-    return transformers_js.install(tmp_path_factory.mktemp("transformers-js") / "node")
+    return builds.path(builds.transformers_js_node())
 
 
 def single_error(stderr: str) -> str:
@@ -72,13 +73,24 @@ def snapshot(root) -> dict:
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
 
 
+#: (family, config) of the every-variant builds and packages.
+EVERY_VARIANT = (("qwen3-vl", "qwen3-vl-tiny", builds.QWEN3_VL), ("phi-4-mm", "phi-4-mm-tiny", builds.PHI4_MM))
+
+
+@pytest.fixture(scope="session")
+def every_variant_builds() -> dict:
+    """{family: {stage: folder}} of the tiny Qwen3-VL and Phi-4-multimodal builds with every variant
+    (builds.every_variant: export, surgery, optimized, int8, int4, fp16, q4f16; q4f16 given --int4). Read-only."""
+    return {family: {stage: builds.path(recipe) for stage, recipe in builds.every_variant(export).items()}
+            for family, _, export in EVERY_VARIANT}
+
+
 @pytest.fixture(scope="session")
 def every_variant_packages() -> dict:
     """{family: dist/NAME/} of the tiny Qwen3-VL and Phi-4-multimodal packages with every variant (fp32, fp16,
     int8, q4, q4f16), built through the stage commands and `release package` (builds.every_variant)."""
     return {family: builds.path(builds.package(name, builds.every_variant(export))) / name
-            for family, name, export in (("qwen3-vl", "qwen3-vl-tiny", builds.QWEN3_VL),
-                                         ("phi-4-mm", "phi-4-mm-tiny", builds.PHI4_MM))}
+            for family, name, export in EVERY_VARIANT}
 
 
 @pytest.fixture(scope="session")

@@ -5,14 +5,15 @@ import numpy as np
 
 from bench import cpu_race
 from runtime import path_choice
+from tests import builds
 
 
-def test_the_default_path_follows_the_image_size(every_variant_packages, monkeypatch):
+def test_the_default_path_follows_the_image_size(tmp_path, monkeypatch):
     """The tiny Qwen3-VL build's int8 (above the floor, its gates measured up to 1024^2): the default at 448^2, not
     at 2048^2, where the line says why. The CPU class is pinned to one whose ranking is ONNX Runtime INT8 alone."""
     from families import family
 
-    build = every_variant_packages["qwen3-vl"].parent.parent / "build" / "qwen3-vl-tiny"
+    build = builds.assemble(builds.every_variant(builds.QWEN3_VL), tmp_path / "qwen3-vl-tiny")
     monkeypatch.setattr(path_choice, "cpu_class", lambda: path_choice.AVX2)
     qwen = family("qwen3-vl")
     feeds = {f"{side}x{side}": {"grid_thw": np.array([[1, side // 16, side // 16]]),

@@ -19,31 +19,30 @@ RUNS = ("validation", "cpu_execution_provider")
 
 
 @pytest.fixture(scope="module", params=["qwen3-vl", "phi-4-mm"])
-def built(request, every_variant_packages):
-    """(build folder, package folder) of one family's every-variant tiny package."""
-    package = every_variant_packages[request.param]
-    return package.parent.parent / "build" / package.name, package
+def built(request, every_variant_builds, every_variant_packages):
+    """({stage: folder}, package folder) of one family's every-variant tiny build and package."""
+    return every_variant_builds[request.param], every_variant_packages[request.param]
 
 
 def test_every_layout_finite_and_within_the_int4_floor(built):
     build, _ = built
-    report = json.loads((build / "q4f16/report.json").read_text())
-    layouts = [c["case"] for c in json.loads((build / "optimized/report.json").read_text())["validation"]["cases"]]
+    report = json.loads((build["q4f16"] / "report.json").read_text())
+    layouts = [c["case"] for c in json.loads((build["optimized"] / "report.json").read_text())["validation"]["cases"]]
     stress = report["outlier_stress"]
     runs = [report[k] for k in RUNS] + [stress["validation"], stress["cpu_execution_provider"]]
     assert report["stage"] == "q4f16" and report["finite"] and stress["mode"] == "exclude"
     for run in runs:
         assert [c["case"] for c in run["cases"]] == layouts
         assert run["finite"] and run["min_token_cosine"] >= q4f16.DEFAULT_MIN_COSINE
-    assert report["config"]["weights"]["from"] == str(build / "int4")
+    assert report["config"]["weights"]["from"] == str(build["int4"])  # the builds give --int4
 
 
 def test_int4_weights_float16_activations(built):
     """Every MatMulNBits of int4 is there with the same packed weights; its activations and scales are float16;
     the I/O contract is fp32's."""
     build, _ = built
-    model = onnx.load(str(build / "q4f16/model.onnx"))
-    int4 = onnx.load(str(build / "int4/model.onnx"))
+    model = onnx.load(str(build["q4f16"] / "model.onnx"))
+    int4 = onnx.load(str(build["int4"] / "model.onnx"))
     weights = {t.name: t for t in model.graph.initializer}
     typed = {v.name: v.type.tensor_type.elem_type for v in model.graph.value_info}
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
@@ -74,14 +73,25 @@ def test_package_ships_q4f16_and_verify_runs_it(built, tmp_path, capsys):
     assert "onnx/vision_encoder_q4f16.onnx: runs at" in capsys.readouterr().err
 
 
-def test_refused_without_an_int4_stage(every_variant_packages, tmp_path, capsys):
-    build = every_variant_packages["qwen3-vl"].parent.parent / "build/qwen3-vl-tiny"
+def test_without_int4_it_reads_the_sibling_stage(every_variant_builds, tmp_path):
+    """`make export FP16=1` gives no --int4: the stage takes build/MODEL/int4 beside its input."""
+    build = every_variant_builds["qwen3-vl"]
+    for stage in ("optimized", "int4"):
+        shutil.copytree(build[stage], tmp_path / "build" / stage)
+    assert cli.main(["q4f16", str(tmp_path / "build/optimized"), str(tmp_path / "build/q4f16"), "--threads", "1"]) == 0
+    report = json.loads((tmp_path / "build/q4f16/report.json").read_text())
+    assert report["config"]["weights"]["from"] == str(tmp_path / "build/int4")
+    assert (tmp_path / "build/q4f16/model.onnx").read_bytes() == (build["q4f16"] / "model.onnx").read_bytes()
+
+
+def test_refused_without_an_int4_stage(every_variant_builds, tmp_path, capsys):
+    build = every_variant_builds["qwen3-vl"]
     lone = tmp_path / "build" / "optimized"
-    shutil.copytree(build / "optimized", lone)
+    shutil.copytree(build["optimized"], lone)
     capsys.readouterr()
     assert cli.main(["q4f16", str(lone), str(tmp_path / "build/q4f16")]) == 2
     line = single_error(capsys.readouterr().err)
     assert "no int4 stage report at" in line and "python -m quantize int4" in line and "--int4" in line
     assert not (tmp_path / "build/q4f16").exists()
-    assert cli.main(["q4f16", str(lone), str(tmp_path / "out"), "--int4", str(build / "fp16")]) == 2
+    assert cli.main(["q4f16", str(lone), str(tmp_path / "out"), "--int4", str(build["fp16"])]) == 2
     assert "not int4's" in single_error(capsys.readouterr().err)

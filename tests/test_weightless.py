@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from bench import weightless
 from core.errors import UsageError
 from core.parity import min_token_cosine
+from tests import builds
 
 
 def _matmul_model(weight: np.ndarray, path: Path, dtype=np.float32) -> Path:
@@ -129,13 +130,13 @@ def test_strip_refuses_a_variant_its_rules_do_not_rebuild(variants, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]  # nothing half-written
 
 
-def test_gpu_bench_prepares_the_tiny_build_and_loads_its_weights_into_pytorch(every_variant_packages, tmp_path):
+def test_gpu_bench_prepares_the_tiny_build_and_loads_its_weights_into_pytorch(tmp_path):
     """bench.gpu_webgpu's CPU side on the tiny Qwen3-VL build: prepare, rebuild, PyTorch's tower with the rebuilt
     fp32's weights equal to ONNX Runtime's fp32 (the race's reference), the rebuilt q4f16 near it."""
     from bench import gpu_webgpu
     from families import family
 
-    build = Path(every_variant_packages["qwen3-vl"]).parent.parent / "build" / "qwen3-vl-tiny"
+    build = builds.assemble(builds.every_variant(builds.QWEN3_VL), tmp_path / "build" / "qwen3-vl-tiny")
     gpu_webgpu.prepare(build, tmp_path / "prep")
     prepared = json.loads((tmp_path / "prep" / "prepared.json").read_text())
     assert prepared["config"] == "qwen3-vl-tiny"

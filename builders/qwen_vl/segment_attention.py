@@ -32,7 +32,8 @@ rows are dropped after (Compress). Why:
     (quantize/passes/standard_attention.py), whose scores are a tensor of heads x Q x segment rows: that
     form chunks at CHUNK_ROWS["standard"] rows, so a large frame never builds its frame x frame scores.
     The default keeps the ORT contrib op (the pipeline targets ONNX Runtime, and its fused op is faster).
-`bench/attention_ops.py` measures the alternatives (ONNX `Attention` of opset 23, the old bias form).
+bench/attention_ops.py (retired at commit c9ada23; bench/results/attention-ops.md) measured the alternatives (ONNX
+`Attention` of opset 23, the old bias form).
 A segment is a frame here; `segment_sizes` also lists windows (for `window_attention` and the benchmarks, which
 run a Loop over windows by handing this function one [1, 1, size] "frame" per window).
 
