@@ -1,6 +1,6 @@
 """`python -m bench.collection --package dist/NAME`: throughput and memory of `python -m runtime embed-collection`.
 
-Photos: the real photographs of `runtime.sample_photos.PHOTOS` (skimage.data), resized to `SIZES` in turn (64² to
+Photos: the real photographs of `runtime.sample_photos.PHOTOS` (skimage.data), resized to `tools.photos.SIZES` in turn (64² to
 640x480, both orientations; PNG and JPEG), `--images` of them.
 
 Throughput (images/s), in this process, interleaved: `--reps` rounds, each running every configuration once on
@@ -32,39 +32,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from bench.timing import load_average
 from core import console
 from core.machine import describe, machine
-from runtime import collection, collection_io, collection_ray, embed, sample_photos
+from runtime import collection, collection_io, collection_ray, embed
+from tools.photos import SIZES, write_photos
 
 ROOT = Path(__file__).resolve().parents[1]
-#: (width, height) the photos are resized to, in turn
-SIZES = [(448, 448), (320, 240), (240, 320), (500, 375), (256, 256), (640, 480), (200, 150), (123, 457),
-         (600, 200), (64, 64)]
 #: label -> (engine, actors, threads per session)
 CONFIGS = {"local, 1 thread": ("local", None, 1), "local, 2 threads": ("local", None, 2),
            "Ray, 1 actor x 1 thread": ("ray", 1, 1), "Ray, 2 actors x 1 thread": ("ray", 2, 1)}
 SAMPLE_S = 0.2
 WARM = 0.25  # steady throughput: the rows after the part that reaches this fraction, over the time after it
 TARGETS = {"ray2_over_ray1": 1.8, "ray_over_local": 0.9, "memory_growth": 1.2}
-
-
-def write_photos(folder: Path, count: int, first: int = 0) -> list[Path]:
-    """`count` photos into `folder`: photo k (from `first`) is PHOTOS[k % 5] at SIZES[k // 5 % 10], JPEG when
-    k % 3 == 0, else PNG."""
-    import skimage.data
-
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for k in range(first, first + count):
-        name = sample_photos.PHOTOS[k % len(sample_photos.PHOTOS)]
-        size = SIZES[k // len(sample_photos.PHOTOS) % len(SIZES)]
-        path = folder / f"{k:05d}_{name}_{size[0]}x{size[1]}.{'jpg' if k % 3 == 0 else 'png'}"
-        Image.fromarray(getattr(skimage.data, name)()).convert("RGB").resize(size, Image.BICUBIC).save(path)
-        written.append(path)
-    return written
 
 
 def linked(folder: Path, sources: list[Path], count: int) -> Path:

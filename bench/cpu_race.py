@@ -15,7 +15,7 @@ each OV path at the largest image case of at most 1024^2. The default path is wh
 (`runtime.path_choice` on the build's stage reports, at each case's image size). `--package DIR` adds the acceptance figure at each of
 `--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
 (no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
-`bench.runtime_venv`, or `--runtime-python`; an untimed first round fills the page cache; each later run's features compared with that first run's, min per-token cosine, so a
+`tools.runtime_venv`, or `--runtime-python`; an untimed first round fills the page cache; each later run's features compared with that first run's, min per-token cosine, so a
 path whose repeated runs disagree shows; and every other path this CPU's class ranks, plus each INT8 variant, named explicitly where
 the package ships its variant, `embed_also`) against a PyTorch bf16 process that loads the same weights from a
 safetensors file and embeds the same 4 photos.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import cpu_race_torch, ov_attention_kernels, runtime_venv
+from bench import cpu_race_torch, ov_attention_kernels
 from bench.flops import encoder_flops
 from bench.ov_attention_kernels import attention_model
 from bench.runtime_worker import second_run_profile
@@ -49,6 +49,7 @@ from core.parity import min_token_cosine
 from core.progress import say
 from runtime import embed as runtime_embed
 from runtime import path_choice
+from tools import runtime_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "cpu-race"

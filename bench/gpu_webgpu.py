@@ -5,13 +5,13 @@ The GPU is the device tool's machine (an NVIDIA H100 or H200), which takes 64 Mi
 nothing, so the work is split:
 
 `prepare BUILD OUT [--force|--clobber]` (here; OUT written as a stage's folder, core.staging): the build's fp32 (optimized), fp16 and q4f16 files stripped of their weights
-(`bench.weightless`: a seed and each weight's statistics; every derived initializer checked bit for bit against
+(`tools.weightless`: a seed and each weight's statistics; every derived initializer checked bit for bit against
 the stage's file), the processor folder the release package will hold, and OUT/prepared.json (model config and
 weight seed of the export, for PyTorch's tower).
 
 `run FOLDER OUT [--home DIR]` (on the GPU machine, with onnxruntime-webgpu importable as `onnxruntime`;
 bench/gpu_webgpu_device.sh sets it up there):
-1. `bench.weightless rebuild`: fp32, fp16 and q4f16 with the reseeded weights (sha256 of every initializer checked);
+1. `tools.weightless rebuild`: fp32, fp16 and q4f16 with the reseeded weights (sha256 of every initializer checked);
 2. `runtime webgpu-check`'s check on them (as a package: fp32, fp16 floor 0.999, q4f16 floor 0.98): the attention
    canary, then every variant at every validation layout on WebGPU against the CPU EP's fp32, and the nodes left
    on the CPU EP. DIR (default $VLM_WEBGPU_HOME) holds env.sh (Vulkan: the NVIDIA driver's ICD) and
@@ -50,11 +50,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import weightless
 from core import onnx_io, staging
 from core.errors import UsageError
 from core.parity import min_token_cosine
 from core.progress import say
+from tools import weightless
 
 TAG = "gpu-webgpu"
 #: The `stage` of the folder `prepare` writes (core.staging: what it may replace).
@@ -232,7 +232,7 @@ def markdown(report: dict) -> str:
     lines = [(f"{report['prepared']['config']} vision encoder on **{facts['gpu']}** ({facts['cpu_cores']} CPU cores), "
              f"torch {facts['torch']} (CUDA {facts['cuda']}), onnxruntime-webgpu {facts['onnxruntime']} on Vulkan "
              f"(driver {facts['vulkan_driver_files']}). Command: `python -m bench.gpu_webgpu run` "
-             "(bench/gpu_webgpu.py). Weights: the export's random-weight files reseeded (`bench.weightless`: same "
+             "(bench/gpu_webgpu.py). Weights: the export's random-weight files reseeded (`tools.weightless`: same "
              "graphs, same quantization and float16 plan, same weight statistics; every initializer's sha256 "
              "checked). Inputs: real photos through the package's processor. Times: median of "
              f"{report['reps']} interleaved rounds, numpy in and out (host-device copies included); first: the "

@@ -264,10 +264,10 @@ def every_variant(export_recipe: Recipe) -> dict[str, Recipe]:
 
 
 def transformers_js_node() -> Recipe:
-    """`npm ci --ignore-scripts` of bench/node (transformers.js 4.3.1 and onnxruntime-node, pinned by its
+    """`npm ci --ignore-scripts` of tools/node (transformers.js 4.3.1 and onnxruntime-node, pinned by its
     lockfile): the folder with node_modules/, the driver scripts and browser/ (the page `run_browser` serves,
     copied here first so that its own copy changes nothing of the build)."""
-    from bench import transformers_js  # imported here: most test modules never need it
+    from tools import transformers_js  # imported here: most test modules never need it
 
     def make(out: Path, _parents: list[Path]) -> None:
         transformers_js.install(out)
@@ -275,9 +275,9 @@ def transformers_js_node() -> Recipe:
         for name in transformers_js.BROWSER_FILES:
             shutil.copyfile(transformers_js.BROWSER_DIR / name, out / "browser" / name)
 
-    files = tuple(f"bench/node/{name}" for name in transformers_js.NODE_FILES) + tuple(
-        f"bench/browser/{name}" for name in transformers_js.BROWSER_FILES)
-    return Recipe("transformers-js-node", ("bench.transformers_js",), (), make, files)
+    files = tuple(f"tools/node/{name}" for name in transformers_js.NODE_FILES) + tuple(
+        f"tools/browser/{name}" for name in transformers_js.BROWSER_FILES)
+    return Recipe("transformers-js-node", ("tools.transformers_js",), (), make, files)
 
 
 # ---------------------------------------------------------------- the builds more than one test module reads

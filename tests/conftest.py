@@ -46,10 +46,10 @@ def tiny_optimized():
 
 @pytest.fixture(scope="session")
 def transformers_js_node():
-    """bench/node installed once (`npm ci --ignore-scripts`, pinned by its lockfile; builds.transformers_js_node):
+    """tools/node installed once (`npm ci --ignore-scripts`, pinned by its lockfile; builds.transformers_js_node):
     transformers.js 4.3.1 and onnxruntime-node, shared by every transformers.js test; skips with the reason where
     Node is missing. Read-only."""
-    from bench import transformers_js
+    from tools import transformers_js
 
     missing = transformers_js.node_missing()
     if missing is not None:

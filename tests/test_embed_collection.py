@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.collection import write_photos
 from runtime import __main__ as runtime_cli
 from runtime import collection_embedder, collection_io, sample_photos
 from runtime.verify import sha256
 from tests.conftest import single_error, snapshot
 from tests.support import QWEN
+from tools.photos import write_photos
 
 # The test cluster keeps Ray's default token authentication (its token in ~/.ray/auth_token); a driver that joins
 # a cluster by address uses the token only in this mode (set before ray is imported: Ray reads it once).
@@ -54,7 +54,7 @@ def package(qwen_dist) -> Path:
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    """50 photos (`bench.collection.write_photos`: 5 from skimage.data x 10 sizes, PNG and JPEG; 10 of them in a
+    """50 photos (`tools.photos.write_photos`: 5 from skimage.data x 10 sizes, PNG and JPEG; 10 of them in a
     subfolder), `broken.jpg` (the first half of a JPEG) and a hidden file."""
     pytest.importorskip("skimage.data", reason="scikit-image (dev extra) ships the sample photos")
     folder = tmp_path_factory.mktemp("collection") / "photos"

@@ -15,7 +15,7 @@ from tests.source import ROOT, imported_modules
 
 PRODUCT = ("core", "families", "builders", "surgery", "quantize", "release", "runtime")
 #: Packages only the development tree has: the product may not import them.
-NOT_PRODUCT = ("bench", "tests")
+NOT_PRODUCT = ("bench", "tests", "tools")
 
 
 def product_files() -> list[Path]:

@@ -389,7 +389,7 @@ def test_transformers_js_reads_the_package(packages, name, tmp_path, transformer
     gives in Python."""
     import subprocess
 
-    from bench import transformers_js
+    from tools import transformers_js
 
     package, family = packages[name], TINY[name]
     script = ("import { AutoConfig, env } from '@huggingface/transformers'; env.allowRemoteModels = false; "

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import runtime_venv
 from release.package import package
+from tools import runtime_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "qwen3-vl-tiny"
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.venv
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    """The python of a fresh venv holding `.[runtime]` only (`bench.runtime_venv`)."""
+    """The python of a fresh venv holding `.[runtime]` only (`tools.runtime_venv`)."""
     try:
         return runtime_venv.make(tmp_path_factory.mktemp("venv"))
     except runtime_venv.NoIndex as err:

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from bench import transformers_js
+from bench import transformers_js as bench_transformers_js
 from tests import builds
+from tools import transformers_js
 
 pytestmark = pytest.mark.skipif(transformers_js.node_missing() is not None,
                                 reason=f"transformers.js needs Node: {transformers_js.node_missing()}")
@@ -40,13 +41,13 @@ def records(package, tmp_path_factory, transformers_js_node):
     files = {v["name"]: v["file"].split("/")[-1] for v in manifest["variants"]}
     assert set(files) == {"fp32", "int8"}
     found = transformers_js.compare(package, files, transformers_js.default_calls(photos), work, node)
-    print("\n" + transformers_js.markdown({"package": str(package), "created": "test", "transformers_js": "4.3.1",
-                                           "machine": {"cpu": "this machine"}, "records": found}))
+    print("\n" + bench_transformers_js.markdown({"package": str(package), "created": "test", "transformers_js": "4.3.1",
+                                                 "machine": {"cpu": "this machine"}, "records": found}))
     return found, photos, node
 
 
 def test_the_docs_example_runs(records, package):
-    """bench/node/example.mjs, the 15-line example of docs/transformers-js.md, embeds a photo with the INT8 encoder."""
+    """tools/node/example.mjs, the 15-line example of docs/transformers-js.md, embeds a photo with the INT8 encoder."""
     import subprocess
 
     _, photos, node = records

@@ -1,4 +1,4 @@
-"""transformers.js 4.3.1 in a real browser: headless Chromium loads bench/browser/index.html from 127.0.0.1 (no
+"""transformers.js 4.3.1 in a real browser: headless Chromium loads tools/browser/index.html from 127.0.0.1 (no
 bundler: an import map points transformers.js's bare imports at node_modules), preprocesses a real photo with
 transformers.js's own image processor and runs the package's encoder on onnxruntime-web's WebGPU EP. Without a GPU
 Chromium's only adapter is SwiftShader (fp32, no `shader-f16`). The features must agree with
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench import transformers_js
 from core import parity
 from core.errors import UsageError
+from tools import transformers_js
 
 _missing = transformers_js.node_missing() or transformers_js.chromium_missing()
 pytestmark = pytest.mark.skipif(_missing is not None, reason=f"transformers.js in a browser needs: {_missing}")
@@ -55,7 +55,7 @@ def runs(package, photos, transformers_js_node, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def canary(package, photos, transformers_js_node, tmp_path_factory):
-    """bench.transformers_js.attention_canary: whether this Chromium's WebGPU runs a lone MultiHeadAttention right."""
+    """tools.transformers_js.attention_canary: whether this Chromium's WebGPU runs a lone MultiHeadAttention right."""
     return transformers_js.attention_canary(transformers_js_node, package, photos["astronaut_320x224"],
                                             tmp_path_factory.mktemp("browser-canary"))
 

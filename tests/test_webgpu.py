@@ -132,7 +132,7 @@ def test_transformers_js_in_node_on_webgpu(every_variant_packages, transformers_
     """transformers.js's own image processor and onnxruntime-node's WebGPU EP (what transformers.js runs for
     `device: 'webgpu'` in Node) embed real photos with the fp16 and q4f16 encoders on lavapipe; the grids and
     features agree with `python -m runtime embed` (CPU EP, same variant) within the variant's floor."""
-    from bench import transformers_js
+    from tools import transformers_js
 
     home = installed_home()
     package = every_variant_packages["qwen3-vl"]

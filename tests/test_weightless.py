@@ -1,4 +1,4 @@
-"""bench.weightless (variants shipped as a seed, rebuilt bit for bit) and bench.gpu_webgpu's CPU-side steps."""
+"""tools.weightless (variants shipped as a seed, rebuilt bit for bit) and bench.gpu_webgpu's CPU-side steps."""
 
 import json
 from pathlib import Path
@@ -9,10 +9,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bench import weightless
 from core.errors import UsageError
 from core.parity import min_token_cosine
 from tests import builds
+from tools import weightless
 
 
 def _matmul_model(weight: np.ndarray, path: Path, dtype=np.float32) -> Path:

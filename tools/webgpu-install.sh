@@ -6,8 +6,8 @@
 #                Vulkan loader and vulkaninfo when the system lacks them;
 #                DEST/mesa/lvp_icd.x86_64.json is the ICD file that names it.
 #   DEST/venv    Python venv with onnxruntime-webgpu and numpy.
-#   (transformers.js and onnxruntime-node, whose Linux x64 binding has the WebGPU EP, come from bench/node's
-#   lockfile: tests/test_webgpu.py and bench/transformers_js.py install them.)
+#   (transformers.js and onnxruntime-node, whose Linux x64 binding has the WebGPU EP, come from tools/node's
+#   lockfile: tests/test_webgpu.py and tools/transformers_js.py install them.)
 #   DEST/env.sh  `source` it to select lavapipe (VK_ICD_FILENAMES, LD_LIBRARY_PATH), keep
 #                compiled shaders in DEST/shader-cache (cold compiles take minutes), and set
 #                LP_NATIVE_VECTOR_WIDTH=64 (see there).

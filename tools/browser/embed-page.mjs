@@ -5,7 +5,7 @@
 // Preprocessing is transformers.js's own (AutoImageProcessor.from_pretrained on the package folder, RawImage);
 // the encoder runs on the onnxruntime-web that transformers.js imports (its WebGPU bundle), with
 // executionProviders ['webgpu'] and no fallback: transformers.js's model classes load the vision encoder only
-// together with decoder files, which a vision package does not have (as bench/node/embed.mjs).
+// together with decoder files, which a vision package does not have (as tools/node/embed.mjs).
 // POSTs JSON {grid_thw, pixel_values: {dims, data}, outputs: {name: {dims, type, data}}, adapter, ep, placements,
 // timings_ms} (data: little-endian float32 as base64), or {error, logs} on any failure.
 window.embedPageStarted = true;

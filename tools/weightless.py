@@ -4,7 +4,7 @@ Why: the device machine (bench.gpu_webgpu) takes at most 64 MiB of files per cal
 model; Qwen3-VL-2B's fp32 vision encoder is 1.55 GiB, its fp16 0.8 GiB, its q4f16 0.35 GiB. The weights of a
 random-weight export carry no information beyond their distribution, so they travel as a seed and statistics.
 
-`python -m bench.weightless strip FP32 OUT --variant NAME=MODEL ... [--seed S] [--min-elements N]`:
+`python -m tools.weightless strip FP32 OUT --variant NAME=MODEL ... [--seed S] [--min-elements N]`:
 - the *sources*: FP32's float32 initializers of at least N elements (default MIN_ELEMENTS: the MatMul weights,
   the patch embedding, the position table). Each is replaced by fresh pseudo-normal values with its own mean and
   standard deviation (`pseudo_normal`: PCG64's raw draws and exact float64 arithmetic, so every machine and numpy
@@ -16,7 +16,7 @@ random-weight export carry no information beyond their distribution, so they tra
   the initializer's type). A large initializer derived otherwise is refused (UsageError);
 - OUT/NAME.onnx (the variant with those initializers removed; everything else inline) and OUT/recipe.json (the
   sources' shapes and statistics, each removed initializer's derivation and the sha256 of its reseeded bytes).
-`python -m bench.weightless rebuild OUT DEST [--variant NAME ...]`: DEST/NAME/model.onnx (+ model.onnx.data) for
+`python -m tools.weightless rebuild OUT DEST [--variant NAME ...]`: DEST/NAME/model.onnx (+ model.onnx.data) for
 each variant, every regenerated initializer checked against its sha256 (a mismatch is an error: the rebuild is
 then not the model that was stripped).
 
@@ -279,7 +279,7 @@ def _rebuild_into(folder: Path, dest: Path, names: list[str] | None) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.weightless", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.weightless", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("strip")
     s.add_argument("fp32", type=Path)
