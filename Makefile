@@ -99,12 +99,13 @@ package: $(STAMP)
 	$(PY) -m release package $(BUILD) --dist dist
 	$(if $(GENAI),$(PY) -m release genai $(BUILD) --checkpoint $(CHECKPOINT) --out dist/$(notdir $(BUILD))-genai)
 
-# The suite on two pytest-xdist workers, each test file whole on one worker (its module fixtures made once); the
-# builds tests read come from tests/builds.py's cache (.cache/test-builds/, made on first use: docs/architecture.md).
-# PYTEST_ARGS: more pytest options (a file, -k EXPR, --durations=0 for bench.suite_durations, -n 0 for one process).
+# The suite on two pytest-xdist workers, each test file whole on one worker (its module fixtures made once), the
+# files longest first (tests/conftest.py orders them by bench/results/test-durations.md; --no-loadscope-reorder keeps
+# that order); the builds tests read come from tests/builds.py's cache (.cache/test-builds/: docs/architecture.md).
+# PYTEST_ARGS: more pytest options (-k EXPR, --durations=0 for bench.suite_durations).
 PYTEST_ARGS ?=
 test: $(STAMP) $(WEBGPU_STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -3,7 +3,7 @@
 LOG is the output of a pytest run with `--durations=0` (for example `make test PYTEST_ARGS=--durations=0 2>&1 | tee
 LOG`, or `.venv/bin/python -m pytest -q tests --durations=0 > LOG`). The run's figures (its wall time and counts
 from pytest's last line, the 40 slowest test phases, seconds per test file: setup, call and teardown of its tests
-summed, and the machine) go into bench/results/test-durations.json under LABEL, and
+summed, and the machine) go into bench/results/test-durations.json under "runs" / LABEL, and
 bench/results/test-durations.md is written anew from every label there, in the order they were added.
 
 With pytest-xdist the per-test seconds are each worker's own: their sum is more than the wall time.
@@ -14,6 +14,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from bench.timing import write_results
 from core.errors import Parser, UsageError, main_wrapper
 from core.machine import describe, machine
 
@@ -76,11 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         run = parse(args.log.read_text(errors="replace"))
         run.update(machine=describe(machine()), command=args.command, note=args.note)
         store = args.results / "test-durations.json"
-        runs = json.loads(store.read_text()) if store.is_file() else {}
-        runs[args.label] = run
-        store.write_text(json.dumps(runs, indent=1) + "\n")
-        (args.results / "test-durations.md").write_text(markdown(runs))
-        print(f"{args.label}: {run['wall_s']:.0f} s, {run['outcome']}; wrote {args.results / 'test-durations.md'}")
+        result = json.loads(store.read_text()) if store.is_file() else {"runs": {}}
+        result["runs"][args.label] = run
+        write_results(args.results, "test-durations", result, markdown(result["runs"]), "suite_durations")
         return 0
 
     return main_wrapper(body)

@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -141,6 +141,27 @@ def path(recipe: Recipe) -> Path:
             shutil.rmtree(work, ignore_errors=True)
     _CHECKED.add(folder)
     return folder
+
+
+class Lazy(Mapping):
+    """{key: folder}, each made on first access (`make(key)`): a fixture that serves several builds makes only those
+    its tests read, and two xdist workers reading different keys make them at once."""
+
+    def __init__(self, keys, make: Callable[[object], Path]):
+        self._keys, self._make, self._made = tuple(keys), make, {}
+
+    def __getitem__(self, key) -> Path:
+        if key not in self._keys:
+            raise KeyError(key)
+        if key not in self._made:
+            self._made[key] = self._make(key)
+        return self._made[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 # ---------------------------------------------------------------- recipes

@@ -2,6 +2,7 @@
 fixtures more than one test module uses (their helpers are tests.support's)."""
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,23 @@ pytest.register_assert_rewrite("tests.support")  # before its import: its assert
 
 from tests import builds
 from tests.support import QWEN, install_torchvision_stub, stubbed_video_processor
+
+#: The suite's measured seconds per test file (bench.suite_durations), read to start the longest files first.
+DURATIONS = Path(__file__).resolve().parents[1] / "bench" / "results" / "test-durations.json"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test files longest first, by their seconds per file in DURATIONS (a later run's figure over an earlier one's;
+    a file no run has, new since, first of all); the order within a file kept. `make test` runs pytest-xdist with --dist loadfile and
+    --no-loadscope-reorder: each worker takes the next file in this order when it is free, so the longest files
+    start first and no long one starts last while the other worker idles."""
+    if not DURATIONS.is_file():
+        return
+    seconds = {}
+    for run in json.loads(DURATIONS.read_text())["runs"].values():
+        seconds.update(run["per_file"])
+    rank = {file: i for i, file in enumerate(sorted(seconds, key=lambda f: -seconds[f]))}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], -1))
 
 
 def export_phi4_tiny(layers: int | None = None):
@@ -73,24 +91,31 @@ def snapshot(root) -> dict:
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
 
 
-#: (family, config) of the every-variant builds and packages.
-EVERY_VARIANT = (("qwen3-vl", "qwen3-vl-tiny", builds.QWEN3_VL), ("phi-4-mm", "phi-4-mm-tiny", builds.PHI4_MM))
+#: {family: (config, export)} of the every-variant builds and packages.
+EVERY_VARIANT = {"qwen3-vl": ("qwen3-vl-tiny", builds.QWEN3_VL), "phi-4-mm": ("phi-4-mm-tiny", builds.PHI4_MM)}
 
 
 @pytest.fixture(scope="session")
-def every_variant_builds() -> dict:
+def every_variant_builds() -> builds.Lazy:
     """{family: {stage: folder}} of the tiny Qwen3-VL and Phi-4-multimodal builds with every variant
-    (builds.every_variant: export, surgery, optimized, int8, int4, fp16, q4f16; q4f16 given --int4). Read-only."""
-    return {family: {stage: builds.path(recipe) for stage, recipe in builds.every_variant(export).items()}
-            for family, _, export in EVERY_VARIANT}
+    (builds.every_variant: export, surgery, optimized, int8, int4, fp16, q4f16; q4f16 given --int4), each family
+    made when a test first reads it. Read-only."""
+    def make(family: str) -> dict:
+        return {stage: builds.path(recipe) for stage, recipe in builds.every_variant(EVERY_VARIANT[family][1]).items()}
+
+    return builds.Lazy(EVERY_VARIANT, make)
 
 
 @pytest.fixture(scope="session")
-def every_variant_packages() -> dict:
+def every_variant_packages() -> builds.Lazy:
     """{family: dist/NAME/} of the tiny Qwen3-VL and Phi-4-multimodal packages with every variant (fp32, fp16,
-    int8, q4, q4f16), built through the stage commands and `release package` (builds.every_variant)."""
-    return {family: builds.path(builds.package(name, builds.every_variant(export))) / name
-            for family, name, export in EVERY_VARIANT}
+    int8, q4, q4f16), built through the stage commands and `release package` (builds.every_variant), each family
+    made when a test first reads it. Read-only."""
+    def make(family: str) -> Path:
+        name, export = EVERY_VARIANT[family]
+        return builds.path(builds.package(name, builds.every_variant(export))) / name
+
+    return builds.Lazy(EVERY_VARIANT, make)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ def test_each_label_is_kept_and_the_page_lists_them_all(tmp_path):
     log.write_text(LOG)
     assert suite_durations.main([str(log), "--label", "before", "--results", str(tmp_path)]) == 0
     assert suite_durations.main([str(log), "--label", "after", "--note", "2 workers", "--results", str(tmp_path)]) == 0
-    assert list(json.loads((tmp_path / "test-durations.json").read_text())) == ["before", "after"]
+    assert list(json.loads((tmp_path / "test-durations.json").read_text())["runs"]) == ["before", "after"]
     page = (tmp_path / "test-durations.md").read_text()
     assert "## before" in page and "## after" in page and "| 2 workers |" in page
 

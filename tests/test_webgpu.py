@@ -132,6 +132,7 @@ def test_transformers_js_in_node_on_webgpu(every_variant_packages, transformers_
     """transformers.js's own image processor and onnxruntime-node's WebGPU EP (what transformers.js runs for
     `device: 'webgpu'` in Node) embed real photos with the fp16 and q4f16 encoders on lavapipe; the grids and
     features agree with `python -m runtime embed` (CPU EP, same variant) within the variant's floor."""
+    from bench import transformers_js as bench_transformers_js
     from tools import transformers_js
 
     home = installed_home()
@@ -141,9 +142,9 @@ def test_transformers_js_in_node_on_webgpu(every_variant_packages, transformers_
              "astronaut_300x220 + chelsea": [photos["astronaut_300x220"], photos["chelsea"]]}
     variants = {"fp16": "vision_encoder_fp16.onnx", "q4f16": "vision_encoder_q4f16.onnx"}
     records = transformers_js.compare(package, variants, calls, tmp_path, transformers_js_node, webgpu=home)
-    print("\n" + transformers_js.markdown({"package": str(package), "created": "test (WebGPU, lavapipe)",
-                                           "transformers_js": "4.3.1", "machine": {"cpu": "this machine"},
-                                           "records": records}))
+    print("\n" + bench_transformers_js.markdown({"package": str(package), "created": "test (WebGPU, lavapipe)",
+                                                 "transformers_js": "4.3.1", "machine": {"cpu": "this machine"},
+                                                 "records": records}))
     assert len(records) == 4
     for record in records:
         assert record["same_grid"], record
