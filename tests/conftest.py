@@ -3,9 +3,17 @@ fixtures more than one test module uses (their helpers are tests.support's)."""
 
 import importlib
 import json
+import os
 from pathlib import Path
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Each xdist worker is one of two processes on two cores: torch's OpenMP and MKL pools take one thread each (set
+    # before any test module imports torch; subprocesses inherit it), so that two workers' threads do not spin
+    # against each other. A command given --threads keeps its own.
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 
 pytest.register_assert_rewrite("tests.support")  # before its import: its asserts report as the test modules' do
 
