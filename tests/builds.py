@@ -185,6 +185,27 @@ def export(model: str, *flags: str) -> Recipe:
     return Recipe("export", ("builders.vision",), (model, flags), make, _config_files(model))
 
 
+def export_config(model: str, name: str, vision: dict, *flags: str) -> Recipe:
+    """`python -m builders.vision --config NAME.yaml FLAGS`: configs/MODEL.yaml with the `vision` keys replaced (a
+    tiny config with 3 encoder layers, say), written as NAME.yaml (the export's model name)."""
+    def make(out: Path, _parents: list[Path]) -> None:
+        import tempfile
+
+        import yaml
+
+        from builders import vision as vision_cli
+
+        config = yaml.safe_load((ROOT / "configs" / f"{model}.yaml").read_text())
+        config["vision"].update(vision)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"{name}.yaml"
+            path.write_text(yaml.safe_dump(config))
+            _ok(vision_cli.main(["--config", str(path), "--out", str(out), *flags]), f"export {model} {vision}")
+
+    return Recipe("export", ("builders.vision",), (model, name, sorted(vision.items()), flags), make,
+                  _config_files(model))
+
+
 def stage(parent: Recipe, command: str, *flags: str, int4: Recipe | None = None) -> Recipe:
     """`python -m surgery stage` or `python -m quantize COMMAND` on `parent`'s folder, one thread (q4f16: with
     `--int4` the folder of the `int4` recipe, the stage whose recipe it takes)."""

@@ -11,7 +11,6 @@ import json
 import numpy as np
 import onnx_ir as ir
 import pytest
-import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from core import onnx_io
@@ -20,25 +19,17 @@ from families.phi4_mm import crops, spec
 from quantize import __main__ as quantize_cli
 from quantize import stage
 from quantize.passes import unfuse_attention
-from tests import support
+from tests import builds, support
 
 PARITY = 1e-5
 
 
 @pytest.fixture(scope="module")
-def optimized(tmp_path_factory):
-    """The optimize stage's folder of the tiny Phi-4 config with 3 encoder layers (one fused Attention)."""
-    from builders import vision  # torch: only for building the fixture
-    from surgery import cli as surgery_cli
-
-    root = tmp_path_factory.mktemp("unfuse-attention")
-    config = yaml.safe_load((support.ROOT / "configs" / "phi-4-mm-tiny.yaml").read_text())
-    config["vision"]["num_hidden_layers"] = 3
-    (root / "phi-4-mm-tiny-3.yaml").write_text(yaml.safe_dump(config))
-    assert vision.main(["--config", str(root / "phi-4-mm-tiny-3.yaml"), "--out", str(root / "export")]) == 0
-    assert surgery_cli.main(["stage", str(root / "export"), str(root / "surgery")]) == 0
-    assert quantize_cli.main(["optimize", str(root / "surgery"), str(root / "optimized")]) == 0
-    return root / "optimized"
+def optimized():
+    """The optimize stage's folder of the tiny Phi-4 config with 3 encoder layers (one fused Attention), after the
+    surgery stage (tests.builds). Read-only."""
+    export = builds.export_config("phi-4-mm-tiny", "phi-4-mm-tiny-3", {"num_hidden_layers": 3})
+    return builds.path(builds.chain(export, ("surgery", "surgery"), ("optimized", "optimize"))["optimized"])
 
 
 def _loud_padding(inputs: dict) -> dict:
