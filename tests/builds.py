@@ -202,7 +202,7 @@ def export_config(model: str, name: str, vision: dict, *flags: str) -> Recipe:
             path.write_text(yaml.safe_dump(config))
             _ok(vision_cli.main(["--config", str(path), "--out", str(out), *flags]), f"export {model} {vision}")
 
-    return Recipe("export", ("builders.vision",), (model, name, sorted(vision.items()), flags), make,
+    return Recipe("export", ("builders.vision",), (model, name, tuple(sorted(vision.items())), flags), make,
                   _config_files(model))
 
 
