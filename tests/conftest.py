@@ -26,9 +26,9 @@ DURATIONS = Path(__file__).resolve().parents[1] / "bench" / "results" / "test-du
 
 def pytest_collection_modifyitems(config, items):
     """Test files longest first, by their seconds per file in DURATIONS (a later run's figure over an earlier one's;
-    a file no run has, new since, first of all); the order within a file kept. `make test` runs pytest-xdist with --dist loadfile and
-    --no-loadscope-reorder: each worker takes the next file in this order when it is free, so the longest files
-    start first and no long one starts last while the other worker idles."""
+    a file no run has, new since, first of all); the order within a file kept. `make test` runs pytest-xdist with
+    --dist loadfile and --no-loadscope-reorder: each worker takes the next file in this order when it is free, so
+    the longest files start first and no long one starts last while the other worker idles."""
     if not DURATIONS.is_file():
         return
     seconds = {}
