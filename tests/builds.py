@@ -114,8 +114,8 @@ _CHECKED: set[Path] = set()
 
 
 def path(recipe: Recipe) -> Path:
-    """The folder of `recipe`'s build, made (parents first) if the cache lacks it or holds a changed copy."""
-    parents = [path(p) for p in recipe.parents]
+    """The folder of `recipe`'s build, made (parents first) if the cache lacks it or holds a changed copy; its
+    parents are looked up only to make it (its key already holds theirs)."""
     root = cache_root()
     folder = root / f"{recipe.label.replace('/', '-')}-{key(recipe)}"
     if folder in _CHECKED:
@@ -134,7 +134,7 @@ def path(recipe: Recipe) -> Path:
         work = root / f"{folder.name}.partial-{os.getpid()}"  # made by recipe.make, as a command makes --out
         shutil.rmtree(work, ignore_errors=True)
         try:
-            recipe.make(work, parents)
+            recipe.make(work, [path(parent) for parent in recipe.parents])  # locks taken child first: no cycle
             manifest.write_text(json.dumps(_manifest(work), indent=1))
             work.rename(folder)
         finally:

@@ -21,15 +21,22 @@ def _resolve(node: ast.ImportFrom, package: str) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _statements(tree: ast.AST, package: str) -> list[tuple[int, str, list[str]]]:
+    """(line, module, names) of every import statement of a module of `package`: `import a.b` gives ("a.b", []),
+    `from .a import x, y` ("<package>.a", ["x", "y"]), relative imports resolved."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, _resolve(node, package), [alias.name for alias in node.names]))
+    return found
+
+
 def imported_modules(path: Path, package: str) -> list[tuple[int, str]]:
     """(line, module) of every import statement in `path` (a module of `package`), relative imports resolved."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            found.append((node.lineno, _resolve(node, package)))
-    return found
+    return [(line, module) for line, module, _ in _statements(ast.parse(path.read_text(), filename=str(path)),
+                                                              package)]
 
 
 def module_file(module: str, root: Path = ROOT) -> Path | None:
@@ -44,15 +51,11 @@ def module_file(module: str, root: Path = ROOT) -> Path | None:
 def _reached(path: Path, package: str) -> list[str]:
     """Every module `path` imports, the `a.b.name` of each `from a.b import name` (the name may be a module), and
     every string constant that names a module (`"builders.qwen_vl.family:qwen2.5-vl"`, imported by importlib)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_STRING.match(node.value):
-            found.append(node.value.split(":")[0])
-        elif isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            module = _resolve(node, package)
-            found += [module] + [f"{module}.{alias.name}" for alias in node.names]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = [node.value.split(":")[0] for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_STRING.match(node.value)]
+    for _, module, names in _statements(tree, package):
+        found += [module] + [f"{module}.{name}" for name in names]
     return found
 
 
