@@ -305,6 +305,33 @@ def every_variant(export_recipe: Recipe) -> dict[str, Recipe]:
                  ("int4", "int4", "--block-size", "32"), ("fp16", "fp16"), ("q4f16", "q4f16"))
 
 
+def webgpu_check(package_recipe: Recipe, name: str, home: Path) -> Recipe:
+    """`python -m runtime webgpu-check dist/NAME --webgpu HOME --json report.json --threads 1` on `package_recipe`'s
+    package: the report of a real client's run, cached as a build is (a test reads its findings; re-running lavapipe
+    on an unchanged package, runtime and install would compute the same report). Its key holds the package's, the
+    runtime's code (the worker script too), the install's env.sh and the distributions in its venv and of its Mesa."""
+    def make(out: Path, parents: list[Path]) -> None:
+        from runtime import __main__ as runtime_cli
+
+        out.mkdir()
+        report = out / "report.json"
+        code = runtime_cli.main(["webgpu-check", str(parents[0] / name), "--webgpu", str(home), "--json",
+                                 str(report), "--threads", "1"])
+        if code != 0 and report.exists():  # a failed check is not cached: its findings go into the error
+            found = json.loads(report.read_text())
+            failed = [(v["file"], v.get("error"), v.get("problems")) for v in found["variants"] if not v["ok"]]
+            raise RuntimeError(f"webgpu-check {name} failed: {failed}; canary {found['attention_canary']}")
+        _ok(code, f"webgpu-check {name}")
+
+    installed = sorted(p.name for p in home.glob("venv/lib/python*/site-packages/*.dist-info"))
+    installed += sorted(p.name for p in (home / "debs").glob("*.deb"))
+    params = (name, (home / "env.sh").read_text(), tuple(installed))
+    # as a quantize stage (`stage`): the dispatcher's own text, not the other subcommands' modules it imports
+    return Recipe("webgpu-check", ("runtime.webgpu", "core.errors"), params, make,
+                  ("runtime/__main__.py", "runtime/webgpu_worker.py", "tools/webgpu-install.sh"),
+                  parents=(package_recipe,))
+
+
 def transformers_js_node() -> Recipe:
     """`npm ci --ignore-scripts` of tools/node (transformers.js 4.3.1 and onnxruntime-node, pinned by its
     lockfile): the folder with node_modules/, the driver scripts and browser/ (the page `run_browser` serves,

@@ -119,11 +119,13 @@ def every_variant_packages() -> builds.Lazy:
     """{family: dist/NAME/} of the tiny Qwen3-VL and Phi-4-multimodal packages with every variant (fp32, fp16,
     int8, q4, q4f16), built through the stage commands and `release package` (builds.every_variant), each family
     made when a test first reads it. Read-only."""
-    def make(family: str) -> Path:
-        name, export = EVERY_VARIANT[family]
-        return builds.path(builds.package(name, builds.every_variant(export))) / name
+    return builds.Lazy(EVERY_VARIANT, lambda family: builds.path(every_variant_package(family)) / EVERY_VARIANT[family][0])
 
-    return builds.Lazy(EVERY_VARIANT, make)
+
+def every_variant_package(family: str) -> builds.Recipe:
+    """The recipe of `every_variant_packages[family]` (dist/ holding NAME/ and NAME.tar.gz)."""
+    name, export = EVERY_VARIANT[family]
+    return builds.package(name, builds.every_variant(export))
 
 
 @pytest.fixture(scope="session")

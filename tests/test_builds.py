@@ -43,6 +43,26 @@ def test_a_change_remakes_exactly_what_it_touches(changed, remade):
     assert {name for name in chain if before[name] != after[name]} == remade
 
 
+@pytest.mark.parametrize("changed", ["runtime/webgpu.py", "runtime/webgpu_worker.py", "runtime/__main__.py"])
+def test_a_cached_webgpu_report_follows_the_runtime_and_the_install(changed, tmp_path):
+    """A WebGPU report (a real client's run, cached as a build) is made again when the runtime code that produced
+    it or the install it ran in changes; its package is not."""
+    home = tmp_path / "webgpu"
+    (home / "venv/lib/python3.11/site-packages/onnxruntime_webgpu-1.27.0.dist-info").mkdir(parents=True)
+    (home / "env.sh").write_text("export LP_NATIVE_VECTOR_WIDTH=64\n")
+    package = builds.package("qwen3-vl-tiny", {"export": builds.QWEN3_VL})
+    report = builds.webgpu_check(package, "qwen3-vl-tiny", home)
+    assert builds.key(report, digest=_digest_with(changed)) != builds.key(report)
+    assert builds.key(package, digest=_digest_with(changed)) == builds.key(package)
+    assert builds.key(builds.webgpu_check(package, "qwen3-vl-tiny", home),
+                      digest=_digest_with("runtime/embed.py")) == builds.key(report)
+    (home / "venv/lib/python3.11/site-packages/onnxruntime_webgpu-1.27.0.dist-info").rename(
+        home / "venv/lib/python3.11/site-packages/onnxruntime_webgpu-1.28.0.dist-info")
+    assert builds.key(builds.webgpu_check(package, "qwen3-vl-tiny", home)) != builds.key(report)
+    (home / "env.sh").write_text("export LP_NATIVE_VECTOR_WIDTH=256\n")
+    assert builds.key(builds.webgpu_check(package, "qwen3-vl-tiny", home)) != builds.key(report)
+
+
 def test_parameters_and_library_versions_are_in_the_key():
     assert builds.key(builds.export("qwen3-vl-tiny")) != builds.key(builds.export("qwen3-vl-tiny", "--dynamo"))
     versions = builds._versions()

@@ -13,7 +13,8 @@ import pytest
 
 from runtime import __main__ as runtime_cli
 from runtime import webgpu
-from tests.conftest import single_error
+from tests import builds
+from tests.conftest import EVERY_VARIANT, every_variant_package, single_error
 
 HOME = Path(__file__).resolve().parents[1] / webgpu.DEFAULT_HOME
 VARIANTS = ["fp32", "fp16", "int8", "q4", "q4f16"]
@@ -33,10 +34,12 @@ def installed_home() -> Path:
 
 
 @pytest.fixture(scope="module", params=["qwen3-vl", "phi-4-mm"])
-def checked(request, every_variant_packages) -> dict:
-    """webgpu-check's report of one family's every-variant package."""
+def checked(request) -> dict:
+    """`webgpu-check --json`'s report of one family's every-variant package (a build, `builds.webgpu_check`: made
+    on lavapipe once per package, runtime and install)."""
     home = installed_home()
-    return webgpu.check(every_variant_packages[request.param], home, threads=1)
+    recipe = builds.webgpu_check(every_variant_package(request.param), EVERY_VARIANT[request.param][0], home)
+    return json.loads((builds.path(recipe) / "report.json").read_text())
 
 
 def test_every_variant_runs_on_webgpu_within_its_floor(checked):
