@@ -9,7 +9,7 @@ What `python -m release genai` needs and no model hub is reached for: a `save_pr
 - tokenizer: a byte-level BPE (`Qwen2Tokenizer`, Qwen's pre-tokenizer) of 300 tokens learnt from `CORPUS`,
   plus Qwen's special tokens (`SPECIAL`: `<|im_start|>`, `<|vision_start|>`, `<|image_pad|>`, ...);
   config.json's image, video and vision start/end token ids are theirs;
-- preprocessor_config.json: Qwen3-VL's image processor settings (families/qwen_vl/preprocess.py).
+- preprocessor_config.json: Qwen3-VL's image processor settings (families/qwen_vl/processor_files.py).
 `--family qwen2.5-vl` / `qwen3.5` (tiny only): `Qwen2_5_VLForConditionalGeneration` / `Qwen3_5ForConditionalGeneration`
 with that family's tiny tower (its declared `Shipping.tiny_config`), a tiny text model of its kind (`FAMILY_TEXT`), the same tokenizer and the
 generation's processor settings.
@@ -28,7 +28,7 @@ from builders.config import load_config
 from core.errors import Parser, UsageError, main_wrapper
 from core.progress import say
 from core.staging import add_clobber_argument, staged_folder
-from families.qwen_vl import preprocess
+from families.qwen_vl import processor_files
 from families.qwen_vl.generations import GENERATIONS
 
 STAGE = "random-checkpoint"
@@ -123,8 +123,9 @@ def write(out: str | Path, dims: str = "tiny", seed: int = 0, force: bool = Fals
         vlm.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         vision = vlm.config.vision_config
-        preprocess.save_config(tmp, GENERATIONS[family].processor, patch_size=vision.patch_size,
-                               temporal_patch_size=vision.temporal_patch_size, merge_size=vision.spatial_merge_size)
+        processor_files.save_config(tmp, GENERATIONS[family].processor, patch_size=vision.patch_size,
+                                    temporal_patch_size=vision.temporal_patch_size,
+                                    merge_size=vision.spatial_merge_size)
         name = type(vlm).__name__
         del vlm
         # the stage's report: a rerun (or --force) replaces only the files it lists (core.staging)

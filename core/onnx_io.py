@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import onnx
 from google.protobuf.message import DecodeError
 
+from core import onnx_light
 from core.errors import UsageError
 
 if TYPE_CHECKING:
+    import onnx
     import onnx_ir as ir
 
 
@@ -44,6 +45,12 @@ def is_ir_model(obj) -> bool:
     """Whether `obj` is an onnx-ir model (one exists only once onnx_ir is imported: never imports it)."""
     ir = sys.modules.get("onnx_ir")
     return ir is not None and isinstance(obj, ir.Model)
+
+
+def is_model_proto(obj) -> bool:
+    """Whether `obj` is an onnx.ModelProto (one exists only once onnx is imported: never imports it)."""
+    onnx = sys.modules.get("onnx")
+    return onnx is not None and isinstance(obj, onnx.ModelProto)
 
 
 #: Above this many bytes of weights a model is written with external data (`model.onnx.data`).
@@ -70,12 +77,24 @@ def model_path(path: str | os.PathLike) -> Path:
 def read_proto(path: str | os.PathLike) -> onnx.ModelProto:
     """Parse the graph of `path` (a file or stage folder) without its external weights, after checking
     the file, the IR version and that every external weight is present and long enough."""
+    import onnx
+
+    return _read_checked(path, lambda file: onnx.load(str(file), load_external_data=False))
+
+
+def read_light(path: str | os.PathLike) -> onnx_light.ModelProto:
+    """`read_proto`'s checks and result, parsed without the onnx package (`core.onnx_light`: metadata, opsets,
+    inputs, outputs, nodes and where the weights are; what the runtime's commands read)."""
+    return _read_checked(path, lambda file: onnx_light.parse(file.read_bytes()))
+
+
+def _read_checked(path: str | os.PathLike, parse):
     path = model_path(path)
     size = path.stat().st_size
     if size == 0:
         raise UsageError(f"{path} is empty (0 bytes); give a complete .onnx file")
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = parse(path)
     except (DecodeError, RuntimeError, ValueError, OSError) as exc:
         raise UsageError(f"{path} is not an ONNX model ({size} bytes that do not parse as ONNX protobuf: "
                          f"truncated or another format); give a complete .onnx file") from exc
@@ -98,7 +117,7 @@ def _ort_version() -> str:
 def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
     base = path.parent
     for tensor in all_tensors(proto.graph):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        if tensor.data_location != onnx_light.EXTERNAL:
             continue
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
@@ -174,8 +193,8 @@ def load(path: str | os.PathLike, in_memory: bool = False) -> ir.Model:
 
 def has_external_data(path: str | os.PathLike) -> bool:
     """Whether the model file at `path` keeps any weight in an external file."""
-    proto = onnx.load(str(model_path(path)), load_external_data=False)
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in all_tensors(proto.graph))
+    proto = onnx_light.parse(model_path(path).read_bytes())
+    return any(t.data_location == onnx_light.EXTERNAL for t in all_tensors(proto.graph))
 
 
 def collect_for(src: str | os.PathLike | ir.Model | onnx.ModelProto) -> None:
@@ -189,7 +208,7 @@ def collect_for(src: str | os.PathLike | ir.Model | onnx.ModelProto) -> None:
     """
     if is_ir_model(src):
         size = weight_bytes(src)
-    elif isinstance(src, onnx.ModelProto):
+    elif is_model_proto(src):
         size = sum(t.ByteSize() for t in src.graph.initializer)
     else:
         path = Path(src) / MODEL_FILE if Path(src).is_dir() else Path(src)
@@ -255,6 +274,8 @@ def save(model: ir.Model, path: str | os.PathLike, external: bool | None = None)
 
 def save_proto(proto: onnx.ModelProto, path: str | os.PathLike) -> dict[str, int]:
     """Write a ModelProto (the torch exporters' output) with the same rules as `save`."""
+    import onnx
+
     path = Path(path)
     proto.ir_version = min(proto.ir_version, MAX_IR_VERSION)
     weights = sum(t.ByteSize() for t in proto.graph.initializer)
@@ -281,10 +302,12 @@ def copy_model(src: str | os.PathLike, dst_dir: Path, name: str, data_name: str 
     use transformers.js' `<name>_data`) and the references are rewritten; with several files each
     keeps its relative name.
     """
+    import onnx
+
     data_name = data_name or f"{name}.data"
     src = Path(src)
     proto = onnx.load(str(src), load_external_data=False)
-    external = [t for t in all_tensors(proto.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    external = [t for t in all_tensors(proto.graph) if t.data_location == onnx_light.EXTERNAL]
     locations = sorted({e.value for t in external for e in t.external_data if e.key == "location"})
     if len(locations) == 1:
         shutil.copyfile(src.parent / locations[0], dst_dir / data_name)
@@ -308,8 +331,8 @@ def metadata_of(proto: onnx.ModelProto) -> dict[str, str]:
 
 
 def metadata(path: str | os.PathLike) -> dict[str, str]:
-    """The model's metadata_props, read (after `read_proto`'s checks) without loading weights."""
-    return metadata_of(read_proto(path))
+    """The model's metadata_props, read (after `read_proto`'s checks) without loading weights or onnx."""
+    return metadata_of(read_light(path))
 
 
 def write_json(path: str | os.PathLike, data: dict) -> None:

@@ -173,7 +173,7 @@ class OpenVINOSession:
         self._request = None  # (compiled model, its infer request) of the last run
         self.most_at_once = 1  # the most inputs a `run_each` has run at the same time
         if meta is None:
-            meta = {p.key: p.value for p in onnx_io.read_proto(path).metadata_props}
+            meta = onnx_io.metadata(path)
         self._meta = ModelMeta(meta)
 
     @property

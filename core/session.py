@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
@@ -20,6 +19,7 @@ from core.errors import UsageError
 from core.progress import say
 
 if TYPE_CHECKING:
+    import onnx
     import onnx_ir as ir
 
 ort.set_default_logger_severity(4)  # errors reach the user through exceptions, not ORT's log
@@ -110,7 +110,7 @@ def open_session(src: str | os.PathLike | ir.Model | onnx.ModelProto, threads: i
     """
     onnx_io.collect_for(src)  # a dropped onnx-ir model frees its weights before ORT loads another copy
     options = _options(threads, optimize, in_order)
-    in_memory = onnx_io.is_ir_model(src) or isinstance(src, onnx.ModelProto)
+    in_memory = onnx_io.is_ir_model(src) or onnx_io.is_model_proto(src)
     name = "the model" if in_memory else str(src)
     try:
         if in_memory:

@@ -66,7 +66,7 @@ def photo(name: str) -> np.ndarray:
     array = getattr(skimage.data, name)()
     if array.ndim == 3 and array.shape[2] == 3:
         return np.ascontiguousarray(array, dtype=np.uint8)
-    from runtime.images import to_rgb  # the processors' RGB conversion (imports transformers)
+    from runtime.images import to_rgb  # the processors' RGB conversion
 
     return to_rgb(Image.fromarray(array))
 

@@ -44,7 +44,7 @@ def _earlier_result(names: list[str]):
 def encode(model_path: Path, inputs_path: Path, out_path: Path, threads: int | None, force: bool = False,
            allow_nonfinite: bool = False) -> list[str]:
     """Check the inputs, run the model, write OUT.npz atomically; returns the output names."""
-    proto = onnx_io.read_proto(model_path)
+    proto = onnx_io.read_light(model_path)
     meta = {p.key: p.value for p in proto.metadata_props}
     names = [o.name for o in proto.graph.output]
     out_path = check_result_file(out_path, [model_path, inputs_path], force, ".npz", _earlier_result(names))

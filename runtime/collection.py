@@ -32,9 +32,7 @@ import hashlib
 import os
 from pathlib import Path
 
-import onnx
-
-from core import console, onnx_io
+from core import console, onnx_io, onnx_light
 from core import engine as engines
 from core.errors import UsageError
 from core.progress import say
@@ -60,10 +58,10 @@ def checksum(folder: Path, model: Path, cached: dict | None = None) -> tuple[str
     model's own external-data references, which `core.onnx_io` keeps inside its folder), never taken from the
     manifest. `stats` {file: [size, mtime_ns, sha256]} is kept in `_collection.json`; `cached` (an earlier run's)
     spares hashing a file whose size and mtime are unchanged (1.5 GB takes about 9 s here)."""
-    proto = onnx_io.read_proto(model)
+    proto = onnx_io.read_light(model)
     names = {model.relative_to(folder).as_posix()}
     for tensor in onnx_io.all_tensors(proto.graph):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        if tensor.data_location == onnx_light.EXTERNAL:
             location = next(e.value for e in tensor.external_data if e.key == "location")
             names.add((model.parent / location).relative_to(folder).as_posix())
     del proto

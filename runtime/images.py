@@ -5,9 +5,10 @@ a format pillow would pick by content and hand to an outside program (PostScript
 pixel count is read from the file's header and checked against a budget before anything is decoded
 (`load_rgb(path, max_pixels)`; the runtime's default is `BUDGET_FACTOR` x the processor's own max_pixels,
 `pixel_budget`), so a small file declaring a huge image costs nothing. The EXIF orientation is applied (as
-`transformers.image_utils.load_image` does), then the image becomes RGB through the processors' own
-`convert_to_rgb` (transparency is composited onto white; grayscale, palette and 16-bit images go through
-pillow's `convert("RGB")`, which clips 16-bit values to 0..255 exactly as the processors do). Unreadable input,
+`transformers.image_utils.load_image` does), then the image becomes RGB as the processors' own `convert_to_rgb`
+makes it (`to_rgb`, the same pillow calls, without importing transformers: transparency is composited onto
+white; grayscale, palette and 16-bit images go through pillow's `convert("RGB")`, which clips 16-bit values to
+0..255 exactly as the processors do). Unreadable input,
 a path the file system refuses (a name too long) and an image past the budget raise UsageError naming the file.
 """
 
@@ -103,11 +104,14 @@ def open_image(path: str | Path, max_pixels: int | None = None) -> Image.Image:
 
 
 def to_rgb(image: Image.Image) -> np.ndarray:
-    """uint8 [H, W, 3]: the processors' RGB conversion of a pillow image. transformers is imported here, at the
-    first image, not with this module: `runtime embed` opens its session while transformers loads (~2 s)."""
-    from transformers.image_transforms import convert_to_rgb
-
-    return convert_to_rgb(image, return_numpy=True)
+    """uint8 [H, W, 3]: the processors' RGB conversion of a pillow image (transformers 5.23's
+    `image_transforms.convert_to_rgb`, the same pillow calls): an image with an alpha band or a transparency entry
+    is composited onto opaque white, any other goes through `convert("RGB")`."""
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return np.array(Image.alpha_composite(background, rgba).convert("RGB"))
+    return np.array(image.convert("RGB"))
 
 
 def load_rgb(path: str | Path, max_pixels: int | None = None) -> np.ndarray:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from core import onnx_io, static_graph
+from core import onnx_io
 from core import parity as metrics
 from core import report as reports
 from core.errors import CheckFailed, UsageError, one_line
@@ -185,6 +185,8 @@ def refusal(log: str, error: BaseException, model_file: Path) -> str:
                 + (f", and {units - 1} more node group(s)" if units > 1 else ""))
     else:
         head = f"the QNN EP failed: {one_line(str(error))[:300]}"
+    from core import static_graph  # onnx's shape inference: imported when a refusal needs explaining
+
     why = static_graph.problems(onnx_io.read_proto(model_file), limit=1)
     return (f"{model_file}: {head}; CPU fallback is disabled, so nothing runs"
             + (f"; the graph is not static ({why[0]}): export it with --static WIDTHxHEIGHT" if why else ""))

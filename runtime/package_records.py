@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 
-from core import onnx_io, session
+from core import onnx_io, onnx_light, session
 from core.errors import CheckFailed, UsageError
 from runtime.unpack import MANIFEST
 
@@ -25,12 +24,12 @@ def io_records(values) -> list[dict]:
         tensor = value.type.tensor_type
         dims = [d.dim_param if d.HasField("dim_param") else d.dim_value if d.HasField("dim_value") else None
                 for d in tensor.shape.dim]
-        records.append({"name": value.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name,
+        records.append({"name": value.name, "dtype": onnx_light.DTYPE_NAMES.get(tensor.elem_type, "undefined"),
                         "dims": dims})
     return records
 
 
-def opsets(proto: onnx.ModelProto) -> dict[str, int]:
+def opsets(proto) -> dict[str, int]:
     """{domain: version}, `ai.onnx` for the default domain, sorted by domain."""
     return {(o.domain or "ai.onnx"): o.version for o in sorted(proto.opset_import, key=lambda o: o.domain)}
 
@@ -48,11 +47,11 @@ def check_file_records(manifest: dict, what: str, file: str, listed: list, recor
         fail(MANIFEST, f"{what} records {recorded_size} bytes, its files hold {size}")
 
 
-def read_package_model(manifest: dict, folder: Path, file: str) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """The ONNX graph of a package file (no weights) and its metadata, which must name the manifest's family and
-    model."""
+def read_package_model(manifest: dict, folder: Path, file: str) -> tuple[onnx_light.ModelProto, dict[str, str]]:
+    """The ONNX graph of a package file (no weights, parsed without onnx: `core.onnx_light`) and its metadata,
+    which must name the manifest's family and model."""
     try:
-        proto = onnx_io.read_proto(folder / file)
+        proto = onnx_io.read_light(folder / file)
     except UsageError as err:
         fail(file, f"does not load as ONNX ({err})")
     meta = {p.key: p.value for p in proto.metadata_props}

@@ -71,11 +71,11 @@ def test_the_pytorch_process_prints_its_stages(tmp_path):
 
     from PIL import Image
 
-    from families.qwen_vl import preprocess
+    from families.qwen_vl import processor_files
 
     weights, photo = tmp_path / "w.safetensors", tmp_path / "p.png"
     Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(photo)
-    preprocess.save_config(tmp_path)  # Qwen3-VL's processor, as a package holds it
+    processor_files.save_config(tmp_path)  # Qwen3-VL's processor, as a package holds it
     run = lambda *args: subprocess.run([sys.executable, "-m", "bench.cpu_race_torch", *map(str, args)], check=True,
                                        capture_output=True, text=True, cwd=cpu_race.ROOT)
     run("save", "qwen3-vl-tiny", 0, weights)

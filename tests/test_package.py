@@ -418,7 +418,7 @@ def test_checkpoint_package_records_the_weights_and_its_processor(tmp_path, caps
 
     from builders import vision
     from builders.config import CONFIG_DIR
-    from families.qwen_vl import preprocess as qwen3_vl
+    from families.qwen_vl import processor_files
     from release.manifest import sha256
     from tests.support import TEXT
 
@@ -428,7 +428,7 @@ def test_checkpoint_package_records_the_weights_and_its_processor(tmp_path, caps
     model = Qwen3VLForConditionalGeneration(Qwen3VLConfig(vision_config=vision_cfg, text_config=TEXT))
     checkpoint = tmp_path / "ckpt"
     model.save_pretrained(checkpoint, max_shard_size="200KB")
-    qwen3_vl.save_config(checkpoint, max_pixels=1024 * 1024)  # the checkpoint's own processor settings
+    processor_files.save_config(checkpoint, max_pixels=1024 * 1024)  # the checkpoint's own processor settings
     build = tmp_path / "build" / NAME
     assert vision.main(["--model", "qwen3-vl-tiny", "--checkpoint", str(checkpoint), "--out",
                         str(build / "export")]) == 0

@@ -1,14 +1,19 @@
-"""Qwen3-VL image preprocessing from files equals transformers' processor on the same files.
+"""Qwen image preprocessing from files (families/qwen_vl/preprocess.py: numpy and pillow, no transformers) equals
+transformers' processor on the same files, bit for bit.
 
 The reference is `Qwen2VLImageProcessorPil.from_pretrained(package folder)` applied to the pillow image
 of each file with its EXIF orientation applied (what `transformers.image_utils.load_image` does before
 its own RGB conversion): the processor then makes RGB itself (transparency onto white). The runtime
-loads the file with `runtime.images` and hands RGB to the same processor configured from the same
-`preprocessor_config.json`, so this checks the file loading and the configuration end to end.
+loads the file with `runtime.images` (its own RGB conversion) and preprocesses with its port configured from the
+same `preprocessor_config.json`, so this checks the file loading, the configuration and the port end to end:
+at every size (37x53 up to 4000x3000), mode (grayscale, RGBA, palette, 16-bit, EXIF-rotated) and photo, with
+Qwen3-VL's settings; with Qwen2-VL's (patch 14, CLIP normalisation) and a checkpoint's own config (min_pixels /
+max_pixels keys, another filter, no rescale) on a subset.
 
 The test images every preprocessing test uses (`write_images`, `shared_images`) are tests.support's.
 """
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +24,19 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 
 from core.errors import UsageError
 from families.qwen_vl import preprocess as qwen3_vl
+from families.qwen_vl import processor_files
+from families.qwen_vl.generations import QWEN2_VL
 from families.qwen_vl.layouts import MAX_PIXELS, MIN_PIXELS
 from runtime import images
 from tests.support import MODES, PHOTOS, SIZES, _pixels, reference_image, shared_images
+
+#: Configs beside Qwen3-VL's: Qwen2-VL's published settings, and a checkpoint's file as older transformers wrote it
+#: (min_pixels / max_pixels keys beside size, bilinear, rescale off: the normalisation then sees 0..255).
+OTHER_CONFIGS = {
+    "qwen2-vl": QWEN2_VL.processor,
+    "checkpoint keys": {**QWEN2_VL.processor, "min_pixels": 4 * 28 * 28, "max_pixels": 64 * 28 * 28, "resample": 2,
+                        "do_rescale": False, "image_mean": [127.5, 127.5, 127.5], "image_std": [64.0, 64.0, 64.0]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +47,19 @@ def test_images(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def package_folder(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("qwen_processor")
-    qwen3_vl.save_config(folder)
+    processor_files.save_config(folder)
     return folder
+
+
+def _equal_to_processor(folder: Path, paths: list[Path]) -> np.ndarray:
+    """Asserts the port's output on `paths` is transformers' to the bit; returns the grids."""
+    reference = Qwen2VLImageProcessorPil.from_pretrained(str(folder))([reference_image(p) for p in paths],
+                                                                       return_tensors="np")
+    pixel_values, grid = qwen3_vl.preprocess(qwen3_vl.load_processor(folder), [images.load_rgb(p) for p in paths])
+    np.testing.assert_array_equal(grid, reference["image_grid_thw"])
+    assert pixel_values.dtype == np.float32 and grid.dtype == np.int64
+    np.testing.assert_array_equal(pixel_values, reference["pixel_values"])
+    return grid
 
 
 def test_saved_config_is_qwen3_vl(package_folder):
@@ -41,29 +67,36 @@ def test_saved_config_is_qwen3_vl(package_folder):
     assert (proc.patch_size, proc.temporal_patch_size, proc.merge_size) == (16, 2, 2)
     assert (proc.size["shortest_edge"], proc.size["longest_edge"]) == (MIN_PIXELS, MAX_PIXELS)
     assert list(proc.image_mean) == [0.5] * 3 and list(proc.image_std) == [0.5] * 3
+    assert qwen3_vl.load_processor(package_folder).to_dict() == {
+        k: (list(v) if isinstance(v, tuple) else v) for k, v in proc.to_dict().items()
+        if k in qwen3_vl.load_processor(package_folder).to_dict()}
 
 
 @pytest.mark.parametrize("name", [*SIZES, *MODES, *PHOTOS])
 def test_preprocess_equals_processor(name, test_images, package_folder):
-    path = test_images[name]
-    reference = Qwen2VLImageProcessorPil.from_pretrained(str(package_folder))(
-        reference_image(path), return_tensors="np")
-    pixel_values, grid = qwen3_vl.preprocess(qwen3_vl.load_processor(package_folder), [images.load_rgb(path)])
-    np.testing.assert_array_equal(grid, reference["image_grid_thw"])
-    assert pixel_values.dtype == np.float32 and pixel_values.shape == reference["pixel_values"].shape
-    assert np.abs(pixel_values - reference["pixel_values"]).max() <= 1e-5
-    assert pixel_values.shape[1] == 1536
+    _equal_to_processor(package_folder, [test_images[name]])
+
+
+@pytest.mark.parametrize("config", OTHER_CONFIGS)
+@pytest.mark.parametrize("name", ["37x53", "4000x3000", "rgba", "gray16", "coffee"])
+def test_other_settings_equal_processor(config, name, test_images, tmp_path):
+    """The same on Qwen2-VL's settings and on a checkpoint's own config (the port reads what the class reads)."""
+    if config == "checkpoint keys":  # written by hand: min_pixels / max_pixels override the size beside them
+        settings = {k: v for k, v in OTHER_CONFIGS[config].items() if k not in ("min_pixels", "max_pixels")}
+        (tmp_path / qwen3_vl.CONFIG_FILE).write_text(json.dumps({
+            **settings, "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2VLProcessor",
+            "size": {"shortest_edge": 3136, "longest_edge": 12845056}, "do_center_crop": None,
+            "min_pixels": OTHER_CONFIGS[config]["min_pixels"], "max_pixels": OTHER_CONFIGS[config]["max_pixels"]}))
+        assert qwen3_vl.load_processor(tmp_path).max_pixels == 64 * 28 * 28
+    else:
+        processor_files.save_config(tmp_path, OTHER_CONFIGS[config])
+    _equal_to_processor(tmp_path, [test_images[name]])
 
 
 def test_mixed_pack_equals_processor(test_images, package_folder):
     names = ["224x224", "512x384", "37x53", "rgba", "coffee"]
-    reference = Qwen2VLImageProcessorPil.from_pretrained(str(package_folder))(
-        [reference_image(test_images[n]) for n in names], return_tensors="np")
-    pixel_values, grid = qwen3_vl.preprocess(qwen3_vl.load_processor(package_folder),
-                                             [images.load_rgb(test_images[n]) for n in names])
-    np.testing.assert_array_equal(grid, reference["image_grid_thw"])
+    grid = _equal_to_processor(package_folder, [test_images[n] for n in names])
     assert len({tuple(g) for g in grid.tolist()}) == len(names)  # really mixed sizes
-    assert np.abs(pixel_values - reference["pixel_values"]).max() <= 1e-5
 
 
 def test_exif_rotation_as_transformers_load_image(test_images):

@@ -59,17 +59,17 @@ def processor_writer(generation: Generation):
     the processor's own `save_pretrained` (the checkpoint's when it ships one, else the generation's settings)."""
 
     def write_processor(report: dict, metadata: dict, dest: Path) -> dict:
-        from families.qwen_vl import preprocess
+        from families.qwen_vl import processor_files
 
         checkpoint = export_facts.checkpoint(report)
         if checkpoint is not None and (checkpoint / "preprocessor_config.json").is_file():
             # the explicit PIL class, not AutoImageProcessor: a checkpoint's auto_map never runs (it is refused)
-            preprocess.load_processor(checkpoint).save_pretrained(str(dest))
+            processor_files.copy_config(checkpoint, dest)
         else:
             config = export_facts.read_json(dest / "config.json")["vision_config"]
-            preprocess.save_config(dest, generation.processor, patch_size=config["patch_size"],
-                                   temporal_patch_size=config["temporal_patch_size"],
-                                   merge_size=config["spatial_merge_size"])
+            processor_files.save_config(dest, generation.processor, patch_size=config["patch_size"],
+                                        temporal_patch_size=config["temporal_patch_size"],
+                                        merge_size=config["spatial_merge_size"])
         written = export_facts.read_json(dest / "preprocessor_config.json")
         merge = written.get("merge_size")
         if str(merge) != str(metadata.get("spatial_merge_size", merge)):
