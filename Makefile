@@ -37,7 +37,7 @@ int8_flags = $(call stage_flags,INT8_FLAGS)
 int4_flags = $(call stage_flags,INT4_FLAGS)
 ov_int8_flags = $(call stage_flags,OV_INT8_FLAGS)
 
-.PHONY: install webgpu export package test lint bench bench-export bench-collection compare clean
+.PHONY: install lock webgpu export package test lint bench bench-export bench-collection compare clean
 
 install: $(STAMP) $(WEBGPU_STAMP)
 
@@ -51,16 +51,29 @@ $(WEBGPU_STAMP): tools/webgpu-install.sh
 	@bash tools/webgpu-install.sh $(WEBGPU) 2> $(WEBGPU)/install.err && touch $@ \
 		|| { tail -n 1 $(WEBGPU)/install.err > $(WEBGPU)/unavailable; echo "WebGPU stack not installed: $$(cat $(WEBGPU)/unavailable)"; }
 
-# torch is pinned to the local CPU wheel (any other spec pulls CUDA); installed first so that
-# transformers' torch requirement is already met.
-$(STAMP): pyproject.toml
+# pyproject.toml states compatible ranges; requirements.lock the exact set the suite ran, installed here as pip
+# constraints (-c: every package pip installs takes the locked version). torch is the local CPU wheel (any other
+# spec pulls CUDA), installed first so that transformers' torch requirement is already met.
+LOCK := requirements.lock
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[export,dev,ray,genai,openvino]'
+	$(PY) -m pip install -q -c $(LOCK) torch==2.13.0
+	$(PY) -m pip install -q -c $(LOCK) -e '.[export,dev,ray,genai,openvino]'
 	@# The npu extra (onnxruntime-qnn: x86-64 manylinux_2_35 and Windows wheels only) on its own line: where it cannot
 	@# be installed, the rest of the install stands and the NPU tests skip with the reason (docs/npu.md).
-	$(PY) -m pip install -q -e '.[npu]' || echo "onnxruntime-qnn not installed: the NPU tests will skip"
+	$(PY) -m pip install -q -c $(LOCK) -e '.[npu]' || echo "onnxruntime-qnn not installed: the NPU tests will skip"
 	touch $(STAMP)
+
+# requirements.lock again: a fresh venv resolved from pyproject.toml's ranges (the newest versions the registry
+# has), then `pip freeze`. Run `make test` on the result before committing it.
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q torch==2.13.0
+	.lock-venv/bin/pip install -q -e '.[export,dev,ray,genai,openvino]'
+	.lock-venv/bin/pip install -q -e '.[npu]' || echo "onnxruntime-qnn not installed: not in the lock"
+	{ echo "# The exact set \`make install\` and CI install (as pip constraints, -c): pip freeze of the .venv the suite ran in."; \
+	  echo "# Remade by \`make lock\` (a fresh venv resolved from pyproject.toml's ranges, then pip freeze). Python 3.11, Linux x86-64."; \
+	  .lock-venv/bin/pip freeze --exclude-editable; } > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK) && rm -rf .lock-venv
 
 # export -> surgery (the family's checks: Qwen3-VL debake + audit + claims, Phi-4-multimodal claims) -> optimize
 # (the family's passes) -> int8, int4 (FP16=1: and fp16 and q4f16, docs/fp16.md), each stage into build/MODEL/<stage>/

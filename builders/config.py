@@ -7,7 +7,9 @@ import yaml
 
 from core.errors import UsageError
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+#: The model configs: package data of `builders` (the checkout's `configs/` is a link to this folder), so
+#: `--model NAME` resolves from an installed wheel as from the checkout.
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 TOP_KEYS = {"family", "vision", "export"}
 EXPORT_KEYS = {"opset", "example_grid_thw", "tolerance"}
 

@@ -1,31 +1,33 @@
-"""The product runtime alone: a fresh venv with `pip install .[runtime]` only (no torch) packages a build,
-verifies the package and embeds images from it.
+"""The product runtime as users install it: the project's wheel (not editable) with its `runtime` extra in a fresh
+venv that already holds another application's numpy 2.2.6 and pillow 11.3.0 (older than requirements.lock's, within
+pyproject.toml's ranges, kept by pip). Without torch and transformers it verifies a package and embeds images
+from it, through `python -m` and through the console command; `--model NAME` resolves from the
+installed wheel (configs as package data).
 
-Installing onnxruntime, onnx, transformers and their dependencies takes about 1 minute here (from the
-local package index, without byte-compiling: 46 s while other jobs loaded both cores), so the venv is built once
-for the module. Marked `venv` (`pytest -m "not venv"` leaves it out); it runs in `make test`.
+Installing the wheel and its dependencies takes about 1 minute here (from the local package index), so the venv is
+built once for the module. Marked `venv` (`pytest -m "not venv"` leaves it out); it runs in `make test`.
 """
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from release.package import package
 from tools import runtime_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "qwen3-vl-tiny"
+#: Another application's versions, in the runtime's ranges (pyproject.toml) and older than requirements.lock's.
+BESIDE = ("numpy==2.2.6", "pillow==11.3.0")
 
 pytestmark = pytest.mark.venv
 
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
-    """The python of a fresh venv holding `.[runtime]` only (`tools.runtime_venv`)."""
+    """The python of a fresh venv holding BESIDE, then the wheel with `[runtime]` (`tools.runtime_venv`)."""
     try:
-        return runtime_venv.make(tmp_path_factory.mktemp("venv"))
+        return runtime_venv.make(tmp_path_factory.mktemp("venv"), beside=BESIDE)
     except runtime_venv.NoIndex as err:
         pytest.skip(f"no package index reachable for the fresh venv: {err}")
     except RuntimeError as err:
@@ -38,29 +40,50 @@ def run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
                           env=runtime_venv.environment())
 
 
-def test_runtime_venv_has_no_torch(venv, tmp_path):
+def console(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run the venv's console command `vlm-vision-onnx ARGS` outside the checkout."""
+    return subprocess.run([str(python.parent / "vlm-vision-onnx"), *args], check=False, capture_output=True,
+                          text=True, cwd=cwd, env=runtime_venv.environment())
+
+
+def test_runtime_venv_has_no_torch_and_keeps_the_applications_versions(venv, tmp_path):
     done = run(venv, "-c", "import torch", cwd=tmp_path)
     assert done.returncode == 1 and "No module named 'torch'" in done.stderr
-    listed = run(venv, "-m", "pip", "list", "--format=freeze", cwd=tmp_path).stdout.lower()
-    assert "transformers==5.23.0" in listed and "onnxruntime==" in listed
-    assert not [line for line in listed.splitlines() if line.startswith(("torch==", "torchvision=="))]
+    listed = run(venv, "-m", "pip", "list", "--format=freeze", cwd=tmp_path).stdout.lower().splitlines()
+    assert set(BESIDE) <= set(listed) and any(line.startswith("onnxruntime==") for line in listed)
+    assert not [line for line in listed if line.startswith(("torch==", "torchvision==", "transformers=="))]
+    assert any(line.startswith("vlm-vision-onnx==") for line in listed)  # the wheel, not an editable checkout
+    done = run(venv, "-c", "import runtime; print(runtime.__file__)", cwd=tmp_path)
+    assert "site-packages" in done.stdout, done.stdout
 
 
-def test_package_verify_and_embed_without_torch(venv, tiny_exports, tmp_path):
-    """In the torch-free venv: package the tiny export (the same bytes as packaging here, where torch is
-    installed), verify the tarball, embed two images from it."""
+def test_model_names_resolve_from_the_wheel(venv, tmp_path):
+    """`--model NAME` reads the configs the wheel ships (builders/configs, package data), not a checkout's."""
+    check = ("from builders import config; c = config.load_config('qwen3-vl'); "
+             "print(config.CONFIG_DIR.parent.parent.name, c.family, len(config.config_names()) > 5)")
+    done = run(venv, "-c", check, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["site-packages", "qwen3-vl", "True"]
+
+
+def test_the_console_command(venv, tmp_path):
+    """`vlm-vision-onnx`: its commands are the `python -m` entries; `export` without torch is one line."""
+    done = console(venv, "--help", cwd=tmp_path)
+    assert done.returncode == 0 and "runtime" in done.stdout and "python -m builders.vision" in done.stdout
+    done = console(venv, "runtime", "verify", "--help", cwd=tmp_path)
+    assert done.returncode == 0 and "usage:" in done.stdout
+    done = console(venv, "export", "--model", "qwen3-vl-tiny", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error:") and len(done.stderr.splitlines()) == 1
+    assert "torch" in done.stderr
+
+
+def test_verify_and_embed_without_torch_or_transformers(venv, qwen_dist, tmp_path):
+    """In the venv: verify the tiny package's tarball (made in the project's .venv: packaging writes the processor
+    config through transformers, the release extra) and embed two images from it."""
     from PIL import Image
 
-    build = tmp_path / "build" / NAME
-    shutil.copytree(tiny_exports["torchscript"], build / "export")
-    done = run(venv, "-m", "release", "package", str(build), "--dist", str(tmp_path / "dist"), "--threads", "1",
-               cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    archive = tmp_path / "dist" / f"{NAME}.tar.gz"
-    _, here = package(build, tmp_path / "dist-here", threads=1)
-    assert archive.read_bytes() == here.read_bytes()
-
-    done = run(venv, "-m", "runtime", "verify", str(archive), "--threads", "1", cwd=tmp_path)
+    archive = qwen_dist / f"{NAME}.tar.gz"
+    done = console(venv, "runtime", "verify", str(archive), "--threads", "1", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"ok: {NAME}:")
 
