@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
-from core import onnx_light
+from core import graph_check, onnx_light
 from core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -104,6 +104,9 @@ def _read_checked(path: str | os.PathLike, parse):
         raise UsageError(f"{path} has IR version {proto.ir_version} but ONNX Runtime {_ort_version()} reads at "
                          f"most {ORT_MAX_IR_VERSION}; re-save it with a lower ir_version (e.g. onnx.save after "
                          f"setting model.ir_version = {MAX_IR_VERSION})")
+    found = graph_check.problems(proto, limit=1)
+    if found:
+        raise UsageError(f"{path} is not a valid ONNX graph: {found[0]}")
     _check_external_data(proto, path)
     return proto
 

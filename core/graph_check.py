@@ -1,0 +1,113 @@
+"""What makes a parsed ONNX file no graph at all, found before any command works on it (`core.onnx_io` runs it on
+every load: `read_proto`, `read_light`, `load`), so that a malformed file is one `error:` line, never a traceback
+from onnx-ir's sort, a pass or a tool.
+
+`problems(model)` works on an `onnx.ModelProto` or a `core.onnx_light.ModelProto` (the same field names) and
+names, at most `limit` of them:
+- a node input that no graph input, initializer, node output (of this graph or, for a subgraph, an enclosing one)
+  provides: a dangling name;
+- a name two nodes (or a node and a graph input or initializer) both produce;
+- a cycle: nodes that wait on each other's outputs;
+- a graph output that nothing provides;
+- a node of a domain the model imports no opset for, and an opset version below 1;
+- a subgraph attribute (a Loop's or If's body) that is empty or holds the same problems.
+"""
+
+from __future__ import annotations
+
+#: The default domain's two spellings.
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def problems(model, limit: int = 5) -> list[str]:
+    """Up to `limit` problems of `model` (see the module's docstring); [] when it is a graph."""
+    found: list[str] = []
+    imported = {}
+    for opset in model.opset_import:
+        domain = "" if opset.domain in DEFAULT_DOMAINS else opset.domain
+        imported[domain] = opset.version
+        if opset.version < 1:
+            found.append(f"opset {opset.domain or 'ai.onnx'} version {opset.version} (versions start at 1)")
+    _graph(model.graph, set(), imported, "the graph", found, limit)
+    return found[:limit]
+
+
+def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str], limit: int) -> None:
+    available = set(outer)
+    produced: dict[str, str] = {}
+    for value in list(graph.input) + list(graph.initializer):
+        if value.name in produced and value.name not in outer:
+            continue  # an old IR version lists initializers as inputs too
+        produced[value.name] = "a graph input or initializer"
+    available |= set(produced)
+    local = set(produced)
+    outputs: dict[str, int] = {}  # name -> index of the node producing it
+    for index, node in enumerate(graph.node):
+        for name in node.output:
+            if not name:
+                continue
+            if name in outputs or name in local:
+                found.append(f"{where}: node {_node(node, index)} writes {name!r}, which "
+                             f"{'another node' if name in outputs else 'a graph input or initializer'} "
+                             "also provides")
+                if len(found) >= limit:
+                    return
+            outputs.setdefault(name, index)
+    known = available | set(outputs)
+    waits: list[set[int]] = []
+    for index, node in enumerate(graph.node):
+        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+        if domain not in imported:
+            found.append(f"{where}: node {_node(node, index)} is of domain {node.domain!r}, which the model "
+                         "imports no opset for")
+        missing = [name for name in node.input if name and name not in known]
+        if missing:
+            found.append(f"{where}: node {_node(node, index)} reads {missing[0]!r}, which no graph input, "
+                         "initializer or node provides")
+        waits.append({outputs[name] for name in node.input if name in outputs and name not in available})
+        for attribute in node.attribute:
+            subgraphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+            for sub in subgraphs:
+                if not sub.node and not sub.output:
+                    found.append(f"{where}: node {_node(node, index)}'s attribute {attribute.name!r} is an "
+                                 "empty graph")
+                else:
+                    _graph(sub, known, imported, f"{where} > {_node(node, index)}.{attribute.name}", found, limit)
+        if len(found) >= limit:
+            return
+    cycle = _cycle(waits)
+    if cycle is not None:
+        found.append(f"{where}: nodes {', '.join(_node(graph.node[i], i) for i in cycle[:4])}"
+                     f"{' ...' if len(cycle) > 4 else ''} wait on each other's outputs (a cycle)")
+    for value in graph.output:
+        if value.name not in known:
+            found.append(f"{where}: output {value.name!r} is provided by no node, input or initializer")
+
+
+def _node(node, index: int) -> str:
+    return f"{node.name!r} ({node.op_type})" if node.name else f"#{index} ({node.op_type})"
+
+
+def _cycle(waits: list[set[int]]) -> list[int] | None:
+    """Indices of nodes on a cycle of `waits` (node -> the nodes whose outputs it reads), else None."""
+    state = [0] * len(waits)  # 0 unvisited, 1 on the stack, 2 done
+    for start in range(len(waits)):
+        if state[start]:
+            continue
+        stack = [(start, iter(waits[start]))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state[child] == 1:
+                return path[path.index(child):]
+            elif state[child] == 0:
+                state[child] = 1
+                stack.append((child, iter(waits[child])))
+                path.append(child)
+    return None
