@@ -10,6 +10,7 @@ names, at most `limit` of them:
 - a cycle: nodes that wait on each other's outputs;
 - a graph output that nothing provides;
 - a node of a domain the model imports no opset for, and an opset version below 1;
+- a Constant node without exactly one attribute (its value);
 - a subgraph attribute (a Loop's or If's body) that is empty or holds the same problems.
 """
 
@@ -60,6 +61,9 @@ def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str],
         if domain not in imported:
             found.append(f"{where}: node {_node(node, index)} is of domain {node.domain!r}, which the model "
                          "imports no opset for")
+        if node.op_type == "Constant" and domain == "" and len(node.attribute) != 1:
+            found.append(f"{where}: Constant node {_node(node, index)} has {len(node.attribute)} attributes "
+                         "(exactly one holds its value)")
         missing = [name for name in node.input if name and name not in known]
         if missing:
             found.append(f"{where}: node {_node(node, index)} reads {missing[0]!r}, which no graph input, "

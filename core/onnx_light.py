@@ -29,6 +29,10 @@ DTYPE_NAMES = {
     17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2", 20: "float8_e5m2fnuz", 21: "uint4", 22: "int4",
     23: "float4_e2m1fn", 24: "float8_e8m0fnu", 25: "uint2", 26: "int2", 27: "float6_e2m3fn", 28: "float6_e3m2fn",
 }
+#: TensorProto.DataType -> bits per element, for the types with a fixed size (the byte count an external weight
+#: needs when its external_data records no length: ceil(elements * bits / 8)).
+ELEMENT_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64, 14: 64, 15: 128,
+                16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2, 26: 2}
 _PACKAGE = "vlm_vision_onnx.onnx_light"
 
 _F = descriptor_pb2.FieldDescriptorProto

@@ -138,6 +138,31 @@ def _cannot_load(path, err: RuntimeError) -> UsageError:
     return UsageError(f"OpenVINO cannot load {path}: {' '.join(str(err).split())}")
 
 
+#: TensorProto.DataType codes OpenVINO 2026.4's ONNX reader cannot take: undefined and string (a graph input of
+#: type string feeding a Mul ends its `read_model` in a segmentation fault, found by tools/fuzz), and codes onnx
+#: does not define.
+_UNREADABLE_TYPES = {0, 8}
+
+
+def _checked_onnx_metadata(path: Path) -> dict[str, str]:
+    """The metadata of the ONNX file at `path`, after `core.onnx_io`'s load checks and a check that no graph input,
+    output, initializer or value_info has a type OpenVINO's reader crashes on (UsageError naming it)."""
+    from core import onnx_light
+
+    proto = onnx_io.read_light(path)
+    graph = proto.graph
+    typed = [(v.name, v.type.tensor_type.elem_type) for v in (*graph.input, *graph.output, *graph.value_info)
+             if v.type.HasField("tensor_type")]
+    typed += [(t.name, t.data_type) for t in graph.initializer]
+    for name, code in typed:
+        if code in _UNREADABLE_TYPES or code not in onnx_light.DTYPE_NAMES:
+            kind = {0: "undefined", 8: "string"}.get(code, onnx_light.DTYPE_NAMES.get(code, f"code {code}"))
+            raise UsageError(f"{path}: {name!r} has element type {kind}, which "
+                             "OpenVINO cannot read (a vision encoder has none): the file is corrupt or not an "
+                             "export of this tool")
+    return onnx_io.metadata_of(proto)
+
+
 class OpenVINOSession:
     """A compiled OpenVINO CPU model of an ONNX file (see the module docstring)."""
 
@@ -157,11 +182,13 @@ class OpenVINOSession:
             config["INFERENCE_NUM_THREADS"] = threads
         config.update(extra)
         self.path, self.precision = Path(path), precision
+        # an ONNX file is read (and checked: core.onnx_io) before OpenVINO's reader sees it; its metadata is the
+        # file's; an IR's is in the model (rt_info)
+        meta = None if is_ir(path) else _checked_onnx_metadata(Path(path))
         core = ov.Core()
         try:
             model = core.read_model(str(path))
-            # an IR's metadata is in the model (rt_info); an ONNX file's is read from the file below
-            meta = metadata(model) if is_ir(path) else None
+            meta = metadata(model) if meta is None else meta
             self._inputs = [_port(p) for p in model.inputs]
             self._outputs = [_port(p) for p in model.outputs]
             self._branches = branch_compiler(core, path, config, model=model)
@@ -172,8 +199,6 @@ class OpenVINOSession:
             raise _cannot_load(path, err) from None
         self._request = None  # (compiled model, its infer request) of the last run
         self.most_at_once = 1  # the most inputs a `run_each` has run at the same time
-        if meta is None:
-            meta = onnx_io.metadata(path)
         self._meta = ModelMeta(meta)
 
     @property

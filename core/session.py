@@ -32,6 +32,10 @@ ORT_ERRORS = (RuntimeError, ValueError) + tuple(
     ) if hasattr(_ort_state, name)
 )
 
+#: What ORT raises for a file it cannot load as a model at all (not an EP's refusal of a valid one).
+INVALID_MODEL_ERRORS = tuple(getattr(_ort_state, name) for name in ("InvalidGraph", "InvalidProtobuf", "NoSuchFile",
+                                                                    "InvalidArgument") if hasattr(_ort_state, name))
+
 
 def ort_error_line(exc: BaseException) -> str:
     """The useful part of an ORT error on one line: the failing node and the message, never cut.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from core import onnx_io
 from core.errors import UsageError
+from core.report import read_json_object
 from families import family
 from families.static_size import StaticSize
 from release.variants import BASE_NAME, BY_STAGE, VARIANTS
@@ -96,10 +97,7 @@ def read_stage(folder: Path, name: str) -> Stage | None:
     if not model.is_file() or not report.is_file():
         raise UsageError(f"stage folder {folder} lacks {model.name if not model.is_file() else 'report.json'}; "
                          f"re-run the {name} stage (make export)")
-    try:
-        data = json.loads(report.read_text())
-    except ValueError as err:
-        raise UsageError(f"{report} is not readable JSON ({err}); re-run the {name} stage") from None
+    data = read_json_object(report, "stage report", f"re-run the {name} stage")
     return Stage(name, folder, model, data)
 
 

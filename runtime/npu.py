@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from core import onnx_io
+from core import onnx_io, session
 from core import parity as metrics
 from core import report as reports
 from core.errors import CheckFailed, UsageError, one_line
@@ -206,12 +206,14 @@ def open_compiled(model: Path, htp: Htp, precision: str) -> tuple[ort.InferenceS
 
 
 def open_htp(model: Path | str, htp: Htp, precision: str, context: Path | None = None) -> ort.InferenceSession:
-    """A session with every node on the HTP; CheckFailed with `refusal`'s line when the EP refuses one."""
+    """A session with every node on the HTP; CheckFailed with `refusal`'s line when the EP refuses one,
+    UsageError when ONNX Runtime cannot load the file at all (an invalid graph, missing weights)."""
     try:
         with captured_stderr():
             return ort.InferenceSession(str(model), sess_options=session_options(htp, precision, context))
-    except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.EPFail,
-            RuntimeError) as err:
+    except session.ORT_ERRORS as err:
+        if isinstance(err, session.INVALID_MODEL_ERRORS):
+            raise UsageError(f"ONNX Runtime cannot load {model}: {session.ort_error_line(err)}") from None
         with captured_stderr() as log, contextlib.suppress(Exception):  # again, with the EP's verbose log
             ort.InferenceSession(str(model), sess_options=session_options(htp, precision, verbose=True))
         raise CheckFailed(refusal(log[0], err, Path(model))) from None

@@ -52,6 +52,7 @@ def test_a_valid_graph_with_a_loop_reading_the_outer_scope_has_none():
     ("opset 0", "opset ai.onnx version 0 (versions start at 1)"),
     ("empty body", "attribute 'body' is an empty graph"),
     ("dangling in a body", "> #1 (Loop).body: node #1 (Add) reads 'ghost'"),
+    ("constant without value", "Constant node #1 (Constant) has 0 attributes (exactly one holds its value)"),
 ])
 def test_each_problem_is_named(case, expected):
     relu = helper.make_node("Relu", ["x"], ["a"])
@@ -68,6 +69,8 @@ def test_each_problem_is_named(case, expected):
         "opset 0": lambda: _model([relu, helper.make_node("Relu", ["a"], ["y"])], opsets=(("", 0),)),
         "empty body": lambda: _model([relu, helper.make_node("Loop", ["trip", "cond0", "x"], ["y"], body=helper.make_graph(
             [], "body", [], []))], **loop),
+        "constant without value": lambda: _model([relu, helper.make_node("Constant", [], ["c"]),
+                                                  helper.make_node("Add", ["a", "c"], ["y"])]),
         "dangling in a body": lambda: _model([relu, helper.make_node("Loop", ["trip", "cond0", "x"], ["y"],
                                                                      body=_loop_body("ghost"))], **loop),
     }[case]()

@@ -1,0 +1,115 @@
+"""`python -m tools.fuzz seeds DIR` makes the seeds (tools/fuzz/seeds.py); `python -m tools.fuzz run --seeds DIR
+--work DIR --seed S --cases N [--budget-s T] [--json FILE] [--markdown FILE]` runs cases 0..N-1 of seed S (or
+`--only K ...`), one forked process each (tools/fuzz/runner.py), and prints the table of outcomes per command.
+Exit 0 when no case ended in a traceback, a hang, over the memory limit, a crash, a refusal of more than one line,
+or with files written or removed outside OUT; 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from tools.fuzz import cases as fuzz_cases
+from tools.fuzz import runner
+from tools.fuzz import seeds as fuzz_seeds
+
+#: The outcomes that are findings (a well-behaved command never ends so).
+BAD = ("traceback", "hang", "memory", "crash")
+
+
+def bad(result: dict) -> bool:
+    return result["outcome"] in BAD or result["outside"] or result["one_line"] is False
+
+
+def table(results: list[dict]) -> str:
+    """Markdown: per command, the count of each outcome, refusals not on one line, cases writing outside OUT."""
+    by_command: dict[str, Counter] = defaultdict(Counter)
+    for r in results:
+        counts = by_command[r["command"]]
+        counts[r["outcome"]] += 1
+        counts["not one line"] += r["one_line"] is False
+        counts["outside OUT"] += bool(r["outside"])
+    columns = [*runner.OUTCOMES, "not one line", "outside OUT"]
+    lines = ["| command | cases | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
+    total = Counter()
+    for command in sorted(by_command):
+        counts = by_command[command]
+        cases = sum(counts[o] for o in runner.OUTCOMES)
+        total.update(counts)
+        lines.append(f"| {command} | {cases} | " + " | ".join(str(counts[c]) for c in columns) + " |")
+    lines.append(f"| **all** | {sum(total[o] for o in runner.OUTCOMES)} | "
+                 + " | ".join(str(total[c]) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    seeds_dir = args.seeds.resolve()
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    commands = fuzz_cases.available(fuzz_cases.COMMANDS)
+    if args.command:
+        commands = [c for c in commands if c.label in args.command]
+    for module in sorted({c.module for c in commands}):  # imported once; each case forks from here
+        importlib.import_module(module)
+    limits = runner.Limits(seconds=args.timeout, memory_bytes=args.memory_mib * 2**20)
+    seed_state = runner.snapshot(seeds_dir, seeds_dir / ".none")
+    numbers = args.only or range(args.cases)
+    results, start = [], time.monotonic()
+    for number in numbers:
+        if args.budget_s and time.monotonic() - start > args.budget_s:
+            print(f"[fuzz] budget of {args.budget_s:.0f} s spent after {len(results)} cases", file=sys.stderr)
+            break
+        case = fuzz_cases.make(number, args.seed, seeds_dir, work, commands)
+        result = runner.run(case, limits, seed_state, seeds_dir).to_dict()
+        results.append(result)
+        if bad(result):
+            print(f"[fuzz] case {number} {result['command']}: {result['outcome']}"
+                  f"{' (not one line)' if result['one_line'] is False else ''}"
+                  f"{' outside OUT: ' + ', '.join(result['outside'][:3]) if result['outside'] else ''}: "
+                  f"{result['what']} -> {result['last_line'][:200]}", file=sys.stderr)
+        else:
+            shutil.rmtree(case.folder, ignore_errors=True)  # kept only when it is a finding
+        if len(results) % 100 == 0:
+            print(f"[fuzz] {len(results)} cases, {time.monotonic() - start:.0f} s", file=sys.stderr)
+    summary = {"seed": args.seed, "cases": len(results), "seconds": round(time.monotonic() - start, 1),
+               "limits": {"seconds": limits.seconds, "memory_mib": args.memory_mib},
+               "commands": [c.label for c in commands], "results": results}
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    print(table(results))
+    findings = [r for r in results if bad(r)]
+    print(f"{len(results)} cases in {summary['seconds']:.0f} s; {len(findings)} finding(s)")
+    return 1 if findings else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    make = sub.add_parser("seeds", help="make the seed folder (tiny exports and packages, photos, configs)")
+    make.add_argument("dest", type=Path)
+    go = sub.add_parser("run", help="run fuzz cases")
+    go.add_argument("--seeds", type=Path, required=True)
+    go.add_argument("--work", type=Path, required=True, help="the cases' folders (findings are kept there)")
+    go.add_argument("--seed", type=int, default=0)
+    go.add_argument("--cases", type=int, default=1000)
+    go.add_argument("--only", type=int, nargs="+", help="run only these case numbers")
+    go.add_argument("--budget-s", type=float, help="stop starting cases after this many seconds")
+    go.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
+    go.add_argument("--memory-mib", type=int, default=4096, help="peak resident memory per case (default 4096)")
+    go.add_argument("--command", action="append", help="only this command (its label; repeatable)")
+    go.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if args.action == "seeds":
+        fuzz_seeds.make(args.dest)
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
