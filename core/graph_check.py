@@ -11,10 +11,13 @@ names, at most `limit` of them:
 - a graph output that nothing provides;
 - a node of a domain the model imports no opset for, and an opset version below 1;
 - a Constant node without exactly one attribute (its value);
+- an element type ONNX does not define (undefined on an input or initializer, an unknown code anywhere);
 - a subgraph attribute (a Loop's or If's body) that is empty or holds the same problems.
 """
 
 from __future__ import annotations
+
+from core import onnx_light
 
 #: The default domain's two spellings.
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -33,7 +36,21 @@ def problems(model, limit: int = 5) -> list[str]:
     return found[:limit]
 
 
+def _types(graph, where: str, found: list[str]) -> None:
+    """Element types onnx does not define: on a graph input or initializer any but a defined one, on an output or
+    value_info an unknown code (0, "not recorded", is allowed there)."""
+    typed = [(v.name, v.type.tensor_type.elem_type, "input") for v in graph.input if v.type.HasField("tensor_type")]
+    typed += [(t.name, t.data_type, "initializer") for t in graph.initializer]
+    typed += [(v.name, v.type.tensor_type.elem_type, "value") for v in (*graph.output, *graph.value_info)
+              if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type != 0]
+    for name, code, kind in typed:
+        if code not in onnx_light.DTYPE_NAMES:
+            found.append(f"{where}: {kind} {name!r} has element type {code}, which ONNX does not define")
+            return
+
+
 def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str], limit: int) -> None:
+    _types(graph, where, found)
     available = set(outer)
     produced: dict[str, str] = {}
     for value in list(graph.input) + list(graph.initializer):

@@ -192,7 +192,7 @@ def load(path: str | os.PathLike, in_memory: bool = False) -> ir.Model:
         model = ir.load(str(path))
         if in_memory:
             model = ir.external_data.load_to_model(model)
-    except (OSError, ValueError, DecodeError) as err:
+    except (OSError, ValueError, DecodeError, ir.serde.SerdeError) as err:
         raise UsageError(f"{path} is not a readable ONNX model ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
     model.graph.sort()

@@ -32,6 +32,24 @@ def family(name: str | None, where: str = "") -> Family:
     return FAMILIES[name]
 
 
+def check_graph_inputs(fam: Family, graph, path: str | Path) -> None:
+    """UsageError when a graph input the family takes (`graph`: an onnx or core.onnx_light GraphProto) has another
+    element type or rank than the family's contract (`Family.input_types`): a model such a file claims to be would
+    fail at its first run, in a runtime's error."""
+    from core.onnx_light import DTYPE_NAMES
+
+    for value in graph.input:
+        if value.name not in fam.input_types:
+            continue
+        dtype, rank = fam.input_types[value.name]
+        tensor = value.type.tensor_type
+        found = (DTYPE_NAMES.get(tensor.elem_type, f"type {tensor.elem_type}"), len(tensor.shape.dim))
+        if found != (dtype, rank):
+            raise UsageError(f"{path}: input {value.name!r} is {found[0]} of rank {found[1]}, but a {fam.name} "
+                             f"encoder takes {dtype} of rank {rank} (the file is corrupt or not an export of this "
+                             "tool)")
+
+
 def of_model(metadata: Metadata, path: str | Path) -> Family:
     """The family an exported model records in its metadata (`family`), or UsageError saying so."""
     if "family" not in metadata:

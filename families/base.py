@@ -96,7 +96,7 @@ class StaticForm:
 class Family:
     """One model family as the torch-free stages see it.
 
-    I/O contract: `input_names` (in order), `output_names(metadata)`, `dims` {symbolic dim: what it
+    I/O contract: `input_names` (in order), `input_types` ({input: (dtype, rank)}), `output_names(metadata)`, `dims` {symbolic dim: what it
     counts}, `check_inputs(inputs, metadata)` (UsageError saying what the processor could not have made).
     Metadata: `metadata_keys`, written by the export and read by later stages.
     Layouts: `case_layout(inputs)` -> JSON facts (`layout_keys` among them), `layout_inputs(layout,
@@ -115,6 +115,7 @@ class Family:
     title: str
     builder: str
     input_names: tuple[str, ...]
+    input_types: dict[str, tuple[str, int]]
     output_names: Callable[[Metadata], list[str]]
     dims: dict[str, str]
     check_inputs: Callable[[Inputs, Metadata], None]

@@ -13,7 +13,7 @@ from core.errors import UsageError
 from core.parity import DEFAULT_TOLERANCE
 from core.progress import say
 from core.session import open_session
-from families import Family, of_model
+from families import Family, check_graph_inputs, of_model
 from families import validation as layouts_mod
 
 
@@ -50,6 +50,7 @@ def read_input(path: str | Path, threads: int) -> StageInput:
     if names != (static or list(family.input_names)):
         raise UsageError(f"{model_file} has inputs {names}, but a {family.name} encoder takes "
                          f"{list(family.input_names)} (export it with `python -m builders.vision`)")
+    check_graph_inputs(family, graph.graph, model_file)
     del graph
     layouts = layouts_mod.layouts_for(model_file, metadata, family)
     inputs = layouts_mod.layout_inputs(family, layouts, metadata)

@@ -26,12 +26,13 @@ same build folders give the same bytes. Keys:
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
 
 from core import onnx_io
-from core.errors import UsageError
+from core.errors import UsageError, one_line
 from families import Family
 from release.stages import Stage, StaticBucket, Variant, bucket_head
 from runtime import buckets, path_choice
@@ -108,6 +109,31 @@ def stage_record(stage: Stage) -> dict:
     if "passes" in report:
         record["passes"] = [{k: p.get(k) for k in ("pass", "rewrites", "ok")} for p in report["passes"]]
     return record
+
+
+#: What reading a stage report's values raises when one is of another kind than the stage writes (a hand-edited
+#: or corrupted report.json): turned into one `error:` line naming the reports (`reports_read`).
+REPORT_VALUE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+
+
+@contextmanager
+def reports_read(stages: dict[str, Stage]):
+    """Around code that reads the stage reports' values: a value of the wrong kind is bad input (UsageError)."""
+    try:
+        yield
+    except REPORT_VALUE_ERRORS as err:
+        names = ", ".join(str(s.folder / "report.json") for s in stages.values())
+        raise UsageError(f"a stage report holds a value of another kind than its stage writes ({type(err).__name__}: "
+                         f"{one_line(err)[:200]}); re-run the stage, or restore the report ({names})") from None
+
+
+def check_reports(stages: dict[str, Stage]) -> None:
+    """Read what the manifest takes from each report before any work (`reports_read`'s error when one is
+    malformed)."""
+    with reports_read(stages):
+        versions(stages)
+        for stage in stages.values():
+            stage_record(stage)
 
 
 def variant_record(variant: Variant, files: dict[str, dict], fp32: Variant, fam: Family, metadata: dict) -> dict:

@@ -87,6 +87,7 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
     `force` = `core.staging.CLOBBER`)."""
     timings: dict[str, float] = {}
     found = stages.read_build(build)
+    manifest_mod.check_reports(found)  # a malformed report is refused before any work
     export = found["export"].report
     fam = family(export.get("family", "?"))
     name = name or export.get("model") or Path(build).name
@@ -120,8 +121,9 @@ def package(build: str | Path, dist: str | Path = "dist", name: str | None = Non
                      for p in sorted(tmp.rglob("*")) if p.is_file()}
             proto = onnx_io.read_proto(onnx_dir / fp32.file)
             static_protos = [(b, onnx_io.read_proto(onnx_dir / b.variants[0].file)) for b in static]
-            manifest = manifest_mod.build(name, fam, found, chosen, proto, smoke_records, files, static_protos)
-            manifest_mod.add_speed(manifest, Path(build), chosen)
+            with manifest_mod.reports_read(found):
+                manifest = manifest_mod.build(name, fam, found, chosen, proto, smoke_records, files, static_protos)
+                manifest_mod.add_speed(manifest, Path(build), chosen)
             onnx_io.write_json(tmp / MANIFEST, manifest)
             (tmp / CARD).write_text(card.render(manifest))
             (tmp / SUMS).write_text(sums_text(tmp, files))

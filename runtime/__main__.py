@@ -14,7 +14,7 @@ import numpy as np
 from core import onnx_io, session
 from core.errors import Parser, UsageError, main_wrapper
 from core.staging import add_clobber_argument, check_result_file, is_marked_result, staged_file
-from families import of_model
+from families import check_graph_inputs, of_model
 from runtime import collection, embed, npu, npu_embed, verify, webgpu
 
 
@@ -49,6 +49,7 @@ def encode(model_path: Path, inputs_path: Path, out_path: Path, threads: int | N
     names = [o.name for o in proto.graph.output]
     out_path = check_result_file(out_path, [model_path, inputs_path], force, ".npz", _earlier_result(names))
     family = of_model(meta, model_path)
+    check_graph_inputs(family, proto.graph, model_path)
     try:
         with np.load(inputs_path) as data:
             inputs = {name: data[name] for name in family.input_names}

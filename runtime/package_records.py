@@ -10,6 +10,7 @@ import numpy as np
 
 from core import onnx_io, onnx_light, session
 from core.errors import CheckFailed, UsageError
+from families import check_graph_inputs, family
 from runtime.unpack import MANIFEST
 
 
@@ -59,6 +60,10 @@ def read_package_model(manifest: dict, folder: Path, file: str) -> tuple[onnx_li
         if meta.get(key) != manifest[key]:
             fail(file, f"the model's metadata says {key} {meta.get(key)!r}, manifest.json says {manifest[key]!r}: "
                        "the package mixes models (or the manifest was edited)")
+    try:
+        check_graph_inputs(family(manifest["family"]), proto.graph, file)
+    except UsageError as err:
+        fail(file, str(err).removeprefix(f"{file}: "))
     return proto, meta
 
 

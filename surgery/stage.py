@@ -29,7 +29,7 @@ from core.parity import DEFAULT_TOLERANCE
 from core.progress import say, step
 from core.session import open_session
 from core.staging import StagedFile
-from families import Family, of_model, validation
+from families import Family, check_graph_inputs, of_model, validation
 from surgery import audit as audit_mod
 from surgery import debake as debake_mod
 from surgery.grid import resolve_grid
@@ -87,8 +87,9 @@ def run(source: Path, staged: StagedFile) -> dict:
     timings: dict[str, float] = {}
     graph = onnx_io.read_proto(source)  # metadata and inputs, no weights
     metadata = {p.key: p.value for p in graph.metadata_props}
-    del graph
     family: Family = of_model(metadata, source)
+    check_graph_inputs(family, graph.graph, source)
+    del graph
     layouts = validation.layouts_for(source, metadata, family)
     inputs = validation.layout_inputs(family, layouts, metadata)
     tolerance = float(reports.read_beside(source).get("tolerance", DEFAULT_TOLERANCE))

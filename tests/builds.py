@@ -332,6 +332,24 @@ def webgpu_check(package_recipe: Recipe, name: str, home: Path) -> Recipe:
                   parents=(package_recipe,))
 
 
+def fuzz_seeds() -> Recipe:
+    """The fuzz harness's seed folder (tools/fuzz/seeds.py) from the tiny Qwen3-VL and Phi-4-multimodal exports and
+    packages, the real detectors of ../shared/fixtures/real (their names and sizes in the key), photos and configs."""
+    from tools.fuzz import seeds
+
+    exports = {"qwen3-vl-tiny": QWEN3_VL, "phi-4-mm-tiny": PHI4_MM}
+    packages = {name: package(name, {"export": recipe}) for name, recipe in exports.items()}
+
+    def make(out: Path, parents: list[Path]) -> None:
+        folders = dict(zip([*exports, *(f"{n}.dist" for n in packages)], parents))
+        seeds.gather(out, {n: folders[n] for n in exports}, {n: folders[f"{n}.dist"] for n in packages})
+
+    real = tuple(sorted((p.name, p.stat().st_size) for p in seeds.REAL.glob("*.onnx"))) if seeds.REAL.is_dir() else ()
+    return Recipe("fuzz-seeds", ("tools.fuzz.seeds",), (real,), make,
+                  tuple(f"builders/configs/{n}.yaml" for n in seeds.TINY),
+                  parents=(*exports.values(), *packages.values()))
+
+
 def transformers_js_node() -> Recipe:
     """`npm ci --ignore-scripts` of tools/node (transformers.js 4.3.1 and onnxruntime-node, pinned by its
     lockfile): the folder with node_modules/, the driver scripts and browser/ (the page `run_browser` serves,

@@ -60,6 +60,7 @@ FAMILY = Family(
     title="Phi-4-multimodal image embedding",
     builder="builders.phi4_mm.family",
     input_names=spec.INPUT_NAMES,
+    input_types=spec.INPUT_TYPES,
     output_names=lambda metadata: [spec.OUTPUT_NAME],
     dims={
         spec.DIM_IMAGES: "images in the pack",

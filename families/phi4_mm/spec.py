@@ -11,6 +11,8 @@ Only num_images, max_num_crops and num_image_tokens vary; the crop geometry is f
 from families.base import FEATURES
 
 INPUT_NAMES = ("pixel_values", "image_attention_mask", "image_sizes")
+#: {input: (dtype, rank)} of every export and variant (a --static export's too).
+INPUT_TYPES = {"pixel_values": ("float32", 5), "image_attention_mask": ("float32", 4), "image_sizes": ("int64", 2)}
 OUTPUT_NAME = FEATURES
 DIM_IMAGES, DIM_CROPS, DIM_TOKENS = "num_images", "max_num_crops", "num_image_tokens"
 # {input name: {axis: symbolic dim}} and the output's.

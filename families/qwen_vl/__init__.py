@@ -79,6 +79,7 @@ def make_family(generation: Generation) -> Family:
         title=generation.title,
         builder=f"builders.qwen_vl.family:{generation.family}",
         input_names=contract.INPUT_NAMES,
+        input_types=contract.INPUT_TYPES,
         output_names=output_names,
         dims={
             contract.DIM_PATCHES: "patches in the pack: sum of t*h*w over its images and videos",

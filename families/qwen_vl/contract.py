@@ -15,6 +15,8 @@ from core.errors import UsageError
 from families.base import FEATURES
 
 INPUT_NAMES = ("pixel_values", "grid_thw")
+#: {input: (dtype, rank)} of every export and variant (quantized and fp16 ones keep float32 pixel values).
+INPUT_TYPES = {"pixel_values": ("float32", 2), "grid_thw": ("int64", 2)}
 IMAGE_EMBEDS = FEATURES
 DIM_PATCHES, DIM_IMAGES, DIM_TOKENS = "num_patches", "num_images", "num_tokens"
 #: Largest patch count of one pack: beyond it sizes overflow int32 index math (and no machine has the memory).

@@ -1,6 +1,7 @@
 """`python -m tools.fuzz seeds DIR` makes the seeds (tools/fuzz/seeds.py); `python -m tools.fuzz run --seeds DIR
---work DIR --seed S --cases N [--budget-s T] [--json FILE] [--markdown FILE]` runs cases 0..N-1 of seed S (or
-`--only K ...`), one forked process each (tools/fuzz/runner.py), and prints the table of outcomes per command.
+--work DIR --seed S --cases N [--first K] [--jobs J] [--budget-s T] [--json FILE]` runs cases K..K+N-1 of seed
+S (or `--only K ...`), one forked process each, J at a time (tools/fuzz/runner.py), and prints the table of
+outcomes per command.
 Exit 0 when no case ended in a traceback, a hang, over the memory limit, a crash, a refusal of more than one line,
 or with files written or removed outside OUT; 1 otherwise."""
 
@@ -48,6 +49,20 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def report(result: dict, case, count: int, start: float) -> dict:
+    """Say a finding on stderr (its folder kept), drop a clean case's folder; progress every 100 cases."""
+    if bad(result):
+        print(f"[fuzz] case {result['number']} {result['command']}: {result['outcome']}"
+              f"{' (not one line)' if result['one_line'] is False else ''}"
+              f"{' outside OUT: ' + ', '.join(result['outside'][:3]) if result['outside'] else ''}: "
+              f"{result['what']} -> {result['last_line'][:200]}", file=sys.stderr)
+    else:
+        shutil.rmtree(case.folder, ignore_errors=True)  # kept only when it is a finding
+    if count % 100 == 0:
+        print(f"[fuzz] {count} cases, {time.monotonic() - start:.0f} s", file=sys.stderr)
+    return result
+
+
 def run(args) -> int:
     seeds_dir = args.seeds.resolve()
     work = args.work.resolve()
@@ -59,24 +74,25 @@ def run(args) -> int:
         importlib.import_module(module)
     limits = runner.Limits(seconds=args.timeout, memory_bytes=args.memory_mib * 2**20)
     seed_state = runner.snapshot(seeds_dir, seeds_dir / ".none")
-    numbers = args.only or range(args.cases)
-    results, start = [], time.monotonic()
-    for number in numbers:
-        if args.budget_s and time.monotonic() - start > args.budget_s:
-            print(f"[fuzz] budget of {args.budget_s:.0f} s spent after {len(results)} cases", file=sys.stderr)
-            break
-        case = fuzz_cases.make(number, args.seed, seeds_dir, work, commands)
-        result = runner.run(case, limits, seed_state, seeds_dir).to_dict()
-        results.append(result)
-        if bad(result):
-            print(f"[fuzz] case {number} {result['command']}: {result['outcome']}"
-                  f"{' (not one line)' if result['one_line'] is False else ''}"
-                  f"{' outside OUT: ' + ', '.join(result['outside'][:3]) if result['outside'] else ''}: "
-                  f"{result['what']} -> {result['last_line'][:200]}", file=sys.stderr)
-        else:
-            shutil.rmtree(case.folder, ignore_errors=True)  # kept only when it is a finding
-        if len(results) % 100 == 0:
-            print(f"[fuzz] {len(results)} cases, {time.monotonic() - start:.0f} s", file=sys.stderr)
+    numbers = list(args.only or range(args.first, args.first + args.cases))
+    results, running, start = [], [], time.monotonic()
+    while numbers or running:
+        spent = args.budget_s and time.monotonic() - start > args.budget_s
+        while numbers and len(running) < args.jobs and not spent:
+            case = fuzz_cases.make(numbers.pop(0), args.seed, seeds_dir, work, commands)
+            running.append(runner.start(case, limits))
+        if spent and numbers:
+            print(f"[fuzz] budget of {args.budget_s:.0f} s spent after {len(results) + len(running)} cases",
+                  file=sys.stderr)
+            numbers = []
+        for job in list(running):
+            result = runner.poll(job, limits, seed_state, seeds_dir)
+            if result is None:
+                continue
+            running.remove(job)
+            results.append(report(result.to_dict(), job.case, len(results) + 1, start))
+        time.sleep(0.005)
+    results.sort(key=lambda r: r["number"])
     summary = {"seed": args.seed, "cases": len(results), "seconds": round(time.monotonic() - start, 1),
                "limits": {"seconds": limits.seconds, "memory_mib": args.memory_mib},
                "commands": [c.label for c in commands], "results": results}
@@ -98,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--work", type=Path, required=True, help="the cases' folders (findings are kept there)")
     go.add_argument("--seed", type=int, default=0)
     go.add_argument("--cases", type=int, default=1000)
+    go.add_argument("--first", type=int, default=0, help="the first case number (default 0)")
+    go.add_argument("--jobs", type=int, default=1, help="cases run at once (default 1)")
     go.add_argument("--only", type=int, nargs="+", help="run only these case numbers")
     go.add_argument("--budget-s", type=float, help="stop starting cases after this many seconds")
     go.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")

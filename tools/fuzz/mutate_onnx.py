@@ -149,6 +149,8 @@ def external_data(model, rng, folder: Path) -> str:
     tensor.data_location = TensorProto.EXTERNAL
     del tensor.external_data[:]
     choice = rng.randrange(7)
+    for name in ("short.data", "link.data", "weights.data"):  # a second edit of the same model starts afresh
+        (folder / name).unlink(missing_ok=True)
     if choice == 0:
         location = "../../../../../../etc/passwd"
     elif choice == 1:

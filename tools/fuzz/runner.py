@@ -96,25 +96,51 @@ def _child(case: Case, limits: Limits) -> None:
             os._exit(code if isinstance(code, int) else 1)
 
 
-def run(case: Case, limits: Limits, seed_state: dict, seeds: Path) -> Result:
-    """Fork, run `case`, classify (see the module's docstring)."""
+@dataclass
+class Running:
+    """A case's forked process, started by `start`."""
+
+    case: Case
+    pid: int
+    start: float
+    before: dict
+
+
+def start(case: Case, limits: Limits) -> Running:
+    """Fork the case's process (see the module's docstring)."""
     before = snapshot(case.folder, case.out)
-    start = time.monotonic()
+    started = time.monotonic()
     pid = os.fork()
     if pid == 0:
         _child(case, limits)
+    return Running(case, pid, started, before)
+
+
+def poll(running: Running, limits: Limits, seed_state: dict, seeds: Path) -> Result | None:
+    """The case's Result once its process ended (killed past the time limit), else None."""
+    done, status, usage = os.wait4(running.pid, os.WNOHANG)
     killed = False
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() - start > limits.seconds:
-            os.kill(pid, signal.SIGKILL)
-            killed = True
-            done, status, usage = os.wait4(pid, 0)
-            break
+    if not done:
+        if time.monotonic() - running.start <= limits.seconds:
+            return None
+        os.kill(running.pid, signal.SIGKILL)
+        killed = True
+        done, status, usage = os.wait4(running.pid, 0)
+    return _result(running, status, usage, killed, limits, seed_state, seeds)
+
+
+def run(case: Case, limits: Limits, seed_state: dict, seeds: Path) -> Result:
+    """Fork, run `case` to its end, classify."""
+    running = start(case, limits)
+    while (result := poll(running, limits, seed_state, seeds)) is None:
         time.sleep(0.005)
-    seconds = time.monotonic() - start
+    return result
+
+
+def _result(running: Running, status: int, usage, killed: bool, limits: Limits, seed_state: dict,
+            seeds: Path) -> Result:
+    case = running.case
+    seconds = time.monotonic() - running.start
     peak = usage.ru_maxrss * 1024
     stderr = (case.folder / "stderr.txt").read_text(errors="replace") if (case.folder / "stderr.txt").exists() else ""
     exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
@@ -131,8 +157,8 @@ def run(case: Case, limits: Limits, seed_state: dict, seeds: Path) -> Result:
     else:
         outcome = {0: "done", 1: "failed", 2: "refused"}.get(exit_code, "crash")
     after = snapshot(case.folder, case.out)
-    changed = sorted(path for path in set(before) | set(after) if before.get(path) != after.get(path)
-                     and path not in ("stdout.txt", "stderr.txt"))
+    changed = sorted(path for path in set(running.before) | set(after)
+                     if running.before.get(path) != after.get(path) and path not in ("stdout.txt", "stderr.txt"))
     changed += [f"seed {path}" for path, state in snapshot(seeds, seeds / ".none").items()
                 if seed_state.get(path) != state]
     return Result(case.number, case.command, case.what, case.seed_file, outcome, exit_code, round(seconds, 3),
