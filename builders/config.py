@@ -56,7 +56,7 @@ def load_config(model: str | None = None, path: str | Path | None = None) -> Mod
         raise UsageError(f"config file {str(path)!r} does not exist")
     try:
         raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as err:
         raise UsageError(f"config {path} is not valid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(raw, dict):
         raise UsageError(f"config {path} must be a mapping with keys {sorted(TOP_KEYS)}")
@@ -66,6 +66,7 @@ def load_config(model: str | None = None, path: str | Path | None = None) -> Mod
             raise UsageError(f"config {path} lacks the key {key!r}")
     if not isinstance(raw["vision"], dict):
         raise UsageError(f"config {path}: vision must be a mapping of vision config keys, got {raw['vision']!r}")
+    _require_family_keys(raw, path)
     export = raw.get("export") or {}
     if not isinstance(export, dict):
         raise UsageError(f"config {path}: export must be a mapping with keys {', '.join(sorted(EXPORT_KEYS))}")
@@ -78,6 +79,30 @@ def load_config(model: str | None = None, path: str | Path | None = None) -> Mod
         path=str(path),
         **export,
     )
+
+
+#: The largest integer a vision config value may be (a width, a depth, a count): the published towers' largest is
+#: 4304 (intermediate_size); past this the model would not fit a machine, and building it would fail in torch's
+#: allocator after minutes (found by tools/fuzz: out_hidden_size 10^12).
+MAX_SIZE = 2**16
+
+
+def _require_family_keys(raw: dict, path: Path) -> None:
+    """The vision keys every checked-in config of the family holds (the depth, the widths, the patch geometry): a
+    config without one would take the config class's default silently (for Phi-4-multimodal's depth, the published
+    27 layers under a tiny width)."""
+    family = raw.get("family")
+    shared = None
+    for other in CONFIG_DIR.glob("*.yaml"):
+        if other.stem == "aliases":
+            continue
+        config = yaml.safe_load(other.read_text())
+        if isinstance(config, dict) and config.get("family") == family and isinstance(config.get("vision"), dict):
+            shared = set(config["vision"]) if shared is None else shared & set(config["vision"])
+    missing = sorted((shared or set()) - set(raw["vision"]))
+    if missing:
+        raise UsageError(f"config {path}: vision lacks {', '.join(map(repr, missing))} (every {family} config "
+                         "states them)")
 
 
 def _reject_unknown(mapping: dict, allowed: set, path: Path, prefix: str) -> None:
@@ -111,7 +136,8 @@ def _check_export(export: dict, path: Path) -> None:
 def check_values(values: dict, defaults: dict, path: str | Path, prefix: str = "vision.") -> None:
     """Each value has the type of the config class's default for that key (UsageError naming the key).
 
-    Integers must be integers >= 1 (>= 0 where the default is 0), numbers finite and >= 0 where the
+    Integers must be integers >= 1 (>= 0 where the default is 0) and at most MAX_SIZE (a token id, `*_id`, has no
+    bound), numbers finite and >= 0 where the
     default is, strings strings, lists lists of the default's element type (integers >= 0 when empty),
     mappings mappings whose keys are checked the same way against the default's (`rope_parameters`).
     """
@@ -122,8 +148,9 @@ def check_values(values: dict, defaults: dict, path: str | Path, prefix: str = "
             ok, want = isinstance(value, bool), "true or false"
         elif _is_int(default):
             low = 0 if default == 0 else 1 if default > 0 else None
-            ok = _is_int(value) and (low is None or value >= low)
-            want = "an integer" + (f" >= {low}" if low is not None else "")
+            high = None if key.endswith("_id") else MAX_SIZE  # a token id is no size
+            ok = _is_int(value) and (low is None or value >= low) and (high is None or abs(value) <= high)
+            want = "an integer" + (f" >= {low}" if low is not None else "") + (f" and <= {high}" if high else "")
         elif isinstance(default, float):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < float("inf")
             ok = ok and (default < 0 or value >= 0)
@@ -132,8 +159,8 @@ def check_values(values: dict, defaults: dict, path: str | Path, prefix: str = "
             ok, want = isinstance(value, str), "a string"
         elif isinstance(default, (list, tuple)):
             ints = not default or all(_is_int(v) for v in default)
-            ok = isinstance(value, list) and (not ints or all(_is_int(v) and v >= 0 for v in value))
-            want = "a list of integers >= 0" if ints else "a list"
+            ok = isinstance(value, list) and (not ints or all(_is_int(v) and 0 <= v <= MAX_SIZE for v in value))
+            want = f"a list of integers in 0..{MAX_SIZE}" if ints else "a list"
         elif isinstance(default, dict):
             if isinstance(value, dict):
                 check_values(value, default, path, f"{prefix}{key}.")

@@ -12,6 +12,7 @@ names, at most `limit` of them:
 - a node of a domain the model imports no opset for, and an opset version below 1;
 - a Constant node without exactly one attribute (its value);
 - an element type ONNX does not define (undefined on an input or initializer, an unknown code anywhere);
+- an initializer with a negative dim, or whose bytes in the file are not what its dims and type need;
 - a subgraph attribute (a Loop's or If's body) that is empty or holds the same problems.
 """
 
@@ -47,6 +48,29 @@ def _types(graph, where: str, found: list[str]) -> None:
         if code not in onnx_light.DTYPE_NAMES:
             found.append(f"{where}: {kind} {name!r} has element type {code}, which ONNX does not define")
             return
+    for tensor in graph.initializer:
+        problem = _size_problem(tensor)
+        if problem:
+            found.append(f"{where}: initializer {tensor.name!r} {problem}")
+            return
+
+
+def _size_problem(tensor) -> str | None:
+    """Dims below 0, or raw bytes held in the file that are not what the dims and type need."""
+    if any(d < 0 for d in tensor.dims):
+        return f"has a negative dim {list(tensor.dims)}"
+    if tensor.data_location == onnx_light.EXTERNAL or not tensor.HasField("raw_data"):
+        return None  # external data: core.onnx_io checks its file; typed fields: parsed by count
+    bits = onnx_light.ELEMENT_BITS.get(tensor.data_type)
+    if bits is None:
+        return None
+    elements = 1
+    for dim in tensor.dims:
+        elements *= dim
+    needed = -(-elements * bits // 8)
+    if len(tensor.raw_data) != needed:
+        return f"holds {len(tensor.raw_data)} bytes, but its dims {list(tensor.dims)} need {needed}"
+    return None
 
 
 def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str], limit: int) -> None:

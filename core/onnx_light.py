@@ -9,7 +9,7 @@ names as `onnx.ModelProto`), so code that reads those fields works on either; ev
 Declared: ModelProto {ir_version 1, opset_import 8, graph 7, metadata_props 14}; GraphProto {node 1, name 2,
 initializer 5, input 11, output 12, value_info 13}; NodeProto {input 1, output 2, name 3, op_type 4,
 attribute 5, domain 7}; AttributeProto {name 1, i 3, s 4, t 5, g 6, ints 8, tensors 10, graphs 11, type 20};
-TensorProto {dims 1, data_type 2, name 8, external_data 13, data_location 14}; ValueInfoProto {name 1, type 2};
+TensorProto {dims 1, data_type 2, name 8, raw_data 9, external_data 13, data_location 14}; ValueInfoProto {name 1, type 2};
 TypeProto {tensor_type 1}; TypeProto.Tensor {elem_type 1, shape 2}; TensorShapeProto {dim 1};
 Dimension {dim_value 1, dim_param 2}; OperatorSetIdProto {domain 1, version 2}; StringStringEntryProto {key 1,
 value 2}.
@@ -47,7 +47,8 @@ _SCHEMA = {
     "TypeProto": [("tensor_type", 1, "TensorType", False)],
     "ValueInfoProto": [("name", 1, "string", False), ("type", 2, "TypeProto", False)],
     "TensorProto": [("dims", 1, "int64", True), ("data_type", 2, "int32", False), ("name", 8, "string", False),
-                    ("external_data", 13, "StringStringEntryProto", True), ("data_location", 14, "int32", False)],
+                    ("raw_data", 9, "bytes", False), ("external_data", 13, "StringStringEntryProto", True),
+                    ("data_location", 14, "int32", False)],
     "AttributeProto": [("name", 1, "string", False), ("i", 3, "int64", False), ("s", 4, "bytes", False),
                        ("t", 5, "TensorProto", False), ("g", 6, "GraphProto", False), ("ints", 8, "int64", True),
                        ("tensors", 10, "TensorProto", True), ("graphs", 11, "GraphProto", True),

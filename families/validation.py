@@ -27,8 +27,39 @@ def from_report(model_file: Path, family: Family) -> list[dict]:
     if not isinstance(cases, list) or not all(isinstance(c, dict) and "case" in c for c in cases):
         raise UsageError(f"{Path(model_file).parent / 'report.json'}: validation.cases is not a list of "
                          "cases; fix or remove the report")
-    return [{"case": c["case"], **{k: c[k] for k in family.layout_keys}} for c in cases
-            if all(k in c for k in family.layout_keys)]
+    layouts = [{"case": c["case"], **{k: c[k] for k in family.layout_keys}} for c in cases
+               if all(k in c for k in family.layout_keys)]
+    for layout in layouts:
+        for key in family.layout_keys:
+            if not _small_ints(layout[key]) or _volume(layout[key]) > MAX_LAYOUT_VOLUME:
+                raise UsageError(f"{Path(model_file).parent / 'report.json'}: validation case {layout['case']!r} "
+                                 f"has {key} {str(layout[key])[:80]}, not a nest of integers in 0..{MAX_LAYOUT_INT} "
+                                 f"whose rows multiply to at most {MAX_LAYOUT_VOLUME} in all; fix or remove the report")
+    return layouts
+
+
+#: The largest number a layout in a report holds (a grid's patches per side, a crop count), and the most its rows
+#: may multiply to in all (Qwen: patches; a 4096x4096 image, the processors' largest, is 65536).
+MAX_LAYOUT_INT = 16384
+MAX_LAYOUT_VOLUME = 2**18
+
+
+def _volume(value) -> int:
+    """The sum over the innermost lists of their products."""
+    if value and all(isinstance(v, list) for v in value):
+        return sum(_volume(v) for v in value)
+    product = 1
+    for v in value:
+        product *= v
+    return product
+
+
+def _small_ints(value) -> bool:
+    """Whether `value` is a list (of lists ...) of integers in 0..MAX_LAYOUT_INT (found by tools/fuzz: a report's
+    negative or 10^12 grid reached numpy as an allocation)."""
+    if isinstance(value, list):
+        return bool(value) and all(_small_ints(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_LAYOUT_INT
 
 
 def layouts_for(model_file: Path, metadata: Metadata, family: Family) -> list[dict]:

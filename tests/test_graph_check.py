@@ -24,6 +24,13 @@ def _both(model) -> list[list[str]]:
     return [graph_check.problems(model), graph_check.problems(onnx_light.parse(model.SerializeToString()))]
 
 
+def _weighted(edit):
+    """x + w (w: float32 [2], raw bytes) with `edit(w)` applied to the initializer."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [2], vals=b"\0" * 8, raw=True)
+    edit(weight)
+    return _model([helper.make_node("Add", ["x", "w"], ["y"])], initializers=[weight])
+
+
 def _loop_body(reads: str) -> onnx.GraphProto:
     """A Loop body (i, cond, v) -> (cond, v + `reads`)."""
     return helper.make_graph(
@@ -53,6 +60,9 @@ def test_a_valid_graph_with_a_loop_reading_the_outer_scope_has_none():
     ("empty body", "attribute 'body' is an empty graph"),
     ("dangling in a body", "> #1 (Loop).body: node #1 (Add) reads 'ghost'"),
     ("constant without value", "Constant node #1 (Constant) has 0 attributes (exactly one holds its value)"),
+    ("undefined type", "initializer 'w' has element type 0, which ONNX does not define"),
+    ("bytes off the dims", "initializer 'w' holds 8 bytes, but its dims [2, 2147483648] need 17179869184"),
+    ("negative dim", "initializer 'w' has a negative dim [-2]"),
 ])
 def test_each_problem_is_named(case, expected):
     relu = helper.make_node("Relu", ["x"], ["a"])
@@ -69,6 +79,9 @@ def test_each_problem_is_named(case, expected):
         "opset 0": lambda: _model([relu, helper.make_node("Relu", ["a"], ["y"])], opsets=(("", 0),)),
         "empty body": lambda: _model([relu, helper.make_node("Loop", ["trip", "cond0", "x"], ["y"], body=helper.make_graph(
             [], "body", [], []))], **loop),
+        "undefined type": lambda: _weighted(lambda w: setattr(w, "data_type", 0)),
+        "bytes off the dims": lambda: _weighted(lambda w: w.dims.append(2**31)),
+        "negative dim": lambda: _weighted(lambda w: w.dims.__setitem__(0, -2)),
         "constant without value": lambda: _model([relu, helper.make_node("Constant", [], ["c"]),
                                                   helper.make_node("Add", ["a", "c"], ["y"])]),
         "dangling in a body": lambda: _model([relu, helper.make_node("Loop", ["trip", "cond0", "x"], ["y"],

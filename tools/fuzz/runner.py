@@ -7,7 +7,7 @@ module's `main(argv)`. The parent kills it past the time limit and reads its pea
 Outcomes (`Result.outcome`):
 - done: exit 0;            - failed: exit 1 (a check failed, one `error:` line) or the command's findings (doctor);
 - refused: exit 2;         - traceback: a Python traceback on stderr (whatever the exit code);
-- hang: killed at the time limit;  - memory: peak RSS past the limit, a MemoryError, or "error: out of memory";
+- hang: stopped at the time limit (SIGTERM, then SIGKILL);  - memory: peak RSS past the limit, a MemoryError, or "error: out of memory";
 - crash: ended by a signal it was not sent.
 Besides: `one_line` (a refusal holds exactly one `error:` line), `outside` (files written or removed in the case's
 folder outside OUT, or a seed file changed).
@@ -33,6 +33,7 @@ OUTCOMES = ("done", "failed", "refused", "traceback", "hang", "memory", "crash")
 @dataclass
 class Limits:
     seconds: float = 60.0
+    grace_seconds: float = 10.0  # after SIGTERM at the time limit, before SIGKILL
     memory_bytes: int = 4 * 2**30  # peak resident memory counted as "memory"
     address_space_bytes: int = 24 * 2**30  # RLIMIT_AS: the hard stop (ORT and OpenVINO reserve address space)
 
@@ -81,7 +82,6 @@ def _child(case: Case, limits: Limits) -> None:
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_bytes, limits.address_space_bytes))
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         code = importlib.import_module(case.module).main(case.argv)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 1
@@ -123,9 +123,15 @@ def poll(running: Running, limits: Limits, seed_state: dict, seeds: Path) -> Res
     if not done:
         if time.monotonic() - running.start <= limits.seconds:
             return None
-        os.kill(running.pid, signal.SIGKILL)
-        killed = True
-        done, status, usage = os.wait4(running.pid, 0)
+        killed = True  # SIGTERM first (a command cleans up what it staged), SIGKILL after a grace period
+        os.kill(running.pid, signal.SIGTERM)
+        deadline = time.monotonic() + limits.grace_seconds
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.05)
+            done, status, usage = os.wait4(running.pid, os.WNOHANG)
+        if not done:
+            os.kill(running.pid, signal.SIGKILL)
+            done, status, usage = os.wait4(running.pid, 0)
     return _result(running, status, usage, killed, limits, seed_state, seeds)
 
 
