@@ -37,7 +37,7 @@ int8_flags = $(call stage_flags,INT8_FLAGS)
 int4_flags = $(call stage_flags,INT4_FLAGS)
 ov_int8_flags = $(call stage_flags,OV_INT8_FLAGS)
 
-.PHONY: install lock webgpu export package test lint bench bench-export bench-collection compare clean
+.PHONY: install lock webgpu export package test lint fuzz bench bench-export bench-collection compare clean
 
 install: $(STAMP) $(WEBGPU_STAMP)
 
@@ -119,6 +119,16 @@ package: $(STAMP)
 PYTEST_ARGS ?=
 test: $(STAMP) $(WEBGPU_STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests $(PYTEST_ARGS)
+
+# The fuzz harness (docs/errors.md, "Fuzzing"): seeds (tiny exports and packages, photos, configs, the real
+# detectors) made once into build/fuzz/seeds, then FUZZ_CASES malformed inputs of FUZZ_SEED through every command,
+# two at a time: bench/results/fuzz.md (every case: build/fuzz/results.json). Exit 1 on any finding.
+FUZZ_SEED ?= 2026
+FUZZ_CASES ?= 10000
+fuzz: $(STAMP)
+	test -d build/fuzz/seeds || $(PY) -m tools.fuzz seeds build/fuzz/seeds
+	$(PY) -m tools.fuzz run --seeds build/fuzz/seeds --work build/fuzz/cases --seed $(FUZZ_SEED) \
+		--cases $(FUZZ_CASES) --jobs 2 --json build/fuzz/results.json --markdown bench/results/fuzz.md
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

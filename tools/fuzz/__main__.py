@@ -49,6 +49,29 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def markdown(summary: dict, command: str) -> str:
+    """bench/results/fuzz.md: the run's seed, size, limits, machine and the table of outcomes per command."""
+    from core import machine
+
+    results = summary["results"]
+    findings = [r for r in results if bad(r)]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    header = f"Written by `{command}` ({when}, {machine.describe(machine.machine())})."
+    run_line = (f"Seed {summary['seed']}, {summary['cases']} cases in {summary['seconds'] / 60:.0f} min, each in its "
+                f"own forked process with a limit of {summary['limits']['seconds']:.0f} s and "
+                f"{summary['limits']['memory_mib']} MiB peak resident memory. Case N is made again with "
+                f"`python -m tools.fuzz run --seeds DIR --work DIR --seed {summary['seed']} --only N` "
+                "(docs/errors.md, \"Fuzzing\").")
+    legend = ("Outcomes: done (exit 0); failed (exit 1: a check failed, or the command's findings, as "
+              "`surgery doctor`'s); refused (exit 2, one `error:` line); traceback, hang, memory (past the limit or "
+              "out of memory), crash (a signal); \"not one line\": a refusal without exactly one `error:` line; "
+              "\"outside OUT\": a file written or removed outside OUT.")
+    listed = "; ".join(f"case {r['number']} {r['command']}: {r['outcome']} ({r['what']})" for r in findings[:20])
+    lines = ["# Fuzzing: malformed inputs through every command", "", header, "", run_line, "", legend, "",
+             table(results), "", f"{len(findings)} finding(s)." + (f" {listed}" if listed else ""), ""]
+    return "\n".join(lines)
+
+
 def report(result: dict, case, count: int, start: float) -> dict:
     """Say a finding on stderr (its folder kept), drop a clean case's folder; progress every 100 cases."""
     if bad(result):
@@ -98,6 +121,8 @@ def run(args) -> int:
                "commands": [c.label for c in commands], "results": results}
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    if args.markdown:
+        args.markdown.write_text(markdown(summary, "python -m tools.fuzz " + " ".join(sys.argv[1:])))
     print(table(results))
     findings = [r for r in results if bad(r)]
     print(f"{len(results)} cases in {summary['seconds']:.0f} s; {len(findings)} finding(s)")
@@ -121,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
     go.add_argument("--memory-mib", type=int, default=4096, help="peak resident memory per case (default 4096)")
     go.add_argument("--command", action="append", help="only this command (its label; repeatable)")
-    go.add_argument("--json", type=Path)
+    go.add_argument("--json", type=Path, help="every case's result")
+    go.add_argument("--markdown", type=Path, help="the run and its table (bench/results/fuzz.md)")
     args = parser.parse_args(argv)
     if args.action == "seeds":
         fuzz_seeds.make(args.dest)
