@@ -66,12 +66,12 @@ def load_config(model: str | None = None, path: str | Path | None = None) -> Mod
             raise UsageError(f"config {path} lacks the key {key!r}")
     if not isinstance(raw["vision"], dict):
         raise UsageError(f"config {path}: vision must be a mapping of vision config keys, got {raw['vision']!r}")
-    _require_family_keys(raw, path)
     export = raw.get("export") or {}
     if not isinstance(export, dict):
         raise UsageError(f"config {path}: export must be a mapping with keys {', '.join(sorted(EXPORT_KEYS))}")
     _reject_unknown(export, EXPORT_KEYS, path, "export.")
     _check_export(export, path)
+    _require_family_keys(raw, path)
     return ModelConfig(
         name=path.stem,
         family=raw["family"],
@@ -88,18 +88,23 @@ MAX_SIZE = 2**16
 
 
 def _require_family_keys(raw: dict, path: Path) -> None:
-    """The vision keys every checked-in config of the family holds (the depth, the widths, the patch geometry): a
-    config without one would take the config class's default silently (for Phi-4-multimodal's depth, the published
-    27 layers under a tiny width)."""
+    """The size keys of the family's checked-in configs (the integers they all state, with values that differ
+    between them: depth, widths, heads): a config without one would take the config class's published default
+    silently (found by tools/fuzz: a tiny Phi-4-multimodal config without num_hidden_layers built 27 layers). Keys
+    all configs state alike (patch geometry) may be left to their defaults."""
     family = raw.get("family")
-    shared = None
+    configs = []
     for other in CONFIG_DIR.glob("*.yaml"):
         if other.stem == "aliases":
             continue
         config = yaml.safe_load(other.read_text())
         if isinstance(config, dict) and config.get("family") == family and isinstance(config.get("vision"), dict):
-            shared = set(config["vision"]) if shared is None else shared & set(config["vision"])
-    missing = sorted((shared or set()) - set(raw["vision"]))
+            configs.append(config["vision"])
+    if set(raw["vision"]) - {key for config in configs for key in config}:
+        return  # a key no config states (a typo): the family's builder names it
+    shared = set.intersection(*(set(c) for c in configs)) if configs else set()
+    sizes = {key for key in shared if all(_is_int(c[key]) for c in configs) and len({c[key] for c in configs}) > 1}
+    missing = sorted(sizes - set(raw["vision"]))
     if missing:
         raise UsageError(f"config {path}: vision lacks {', '.join(map(repr, missing))} (every {family} config "
                          "states them)")
@@ -149,8 +154,10 @@ def check_values(values: dict, defaults: dict, path: str | Path, prefix: str = "
         elif _is_int(default):
             low = 0 if default == 0 else 1 if default > 0 else None
             high = None if key.endswith("_id") else MAX_SIZE  # a token id is no size
-            ok = _is_int(value) and (low is None or value >= low) and (high is None or abs(value) <= high)
-            want = "an integer" + (f" >= {low}" if low is not None else "") + (f" and <= {high}" if high else "")
+            ok = _is_int(value) and (low is None or value >= low)
+            want = "an integer" + (f" >= {low}" if low is not None else "")
+            if ok and high is not None and abs(value) > high:
+                ok, want = False, f"an integer of at most {high} in size"
         elif isinstance(default, float):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < float("inf")
             ok = ok and (default < 0 or value >= 0)

@@ -173,9 +173,23 @@ OUT_OF_MEMORY = re.compile(r"Failed to allocate memory|bad_alloc|std::bad_alloc|
 def outputs(sess: ort.InferenceSession, feeds: dict[str, np.ndarray], names: list[str] | None = None
             ) -> list[np.ndarray]:
     """The outputs `names` (None: all, in the graph's order) of one run, as arrays that own their memory.
-    MemoryError when ONNX Runtime's allocator runs out (`OUT_OF_MEMORY`); its other errors as they are."""
+    UsageError when a feed's shape contradicts a static dim the model declares (`check_feeds`); MemoryError when
+    ONNX Runtime's allocator runs out (`OUT_OF_MEMORY`); its other errors as they are."""
+    check_feeds(sess, feeds)
     with _out_of_memory_as_memory_error():
         return owned(sess.run(names, feeds))
+
+
+def check_feeds(sess, feeds: dict[str, np.ndarray]) -> None:
+    """UsageError when a feed's rank or a static dim differs from the model's declared input (a model file whose
+    inputs were edited: ONNX Runtime's own error would end in a traceback; found by tools/fuzz)."""
+    for spec in sess.get_inputs():
+        if spec.name not in feeds or not isinstance(spec.shape, list):
+            continue
+        shape = feeds[spec.name].shape
+        if len(shape) != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, shape)):
+            raise UsageError(f"the model declares input {spec.name!r} as {list(spec.shape)}, but it is fed "
+                             f"{list(shape)}: the model file does not take its family's inputs (edited or corrupt)")
 
 
 @contextlib.contextmanager

@@ -55,11 +55,19 @@ def _volume(value) -> int:
 
 
 def _small_ints(value) -> bool:
-    """Whether `value` is a list (of lists ...) of integers in 0..MAX_LAYOUT_INT (found by tools/fuzz: a report's
-    negative or 10^12 grid reached numpy as an allocation)."""
-    if isinstance(value, list):
-        return bool(value) and all(_small_ints(v) for v in value)
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_LAYOUT_INT
+    """Whether `value` is a non-empty list of integers in 0..MAX_LAYOUT_INT, or a list of such lists of one length
+    and depth (found by tools/fuzz: a report's negative or 10^12 grid reached numpy as an allocation, a row replaced
+    by a number as an AxisError)."""
+    if not isinstance(value, list) or not value:
+        return False
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return all(0 <= v <= MAX_LAYOUT_INT for v in value)
+    return (all(isinstance(v, list) and _small_ints(v) for v in value)
+            and len({_shape(v) for v in value}) == 1)
+
+
+def _shape(value) -> tuple:
+    return (len(value), *(_shape(value[0]) if isinstance(value[0], list) else ()))
 
 
 def layouts_for(model_file: Path, metadata: Metadata, family: Family) -> list[dict]:

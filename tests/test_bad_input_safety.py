@@ -220,6 +220,12 @@ TINY_VISION = {"depth": 2, "hidden_size": 64, "num_heads": 4, "intermediate_size
                "deepstack_visual_indexes": [1], "num_position_embeddings": 2304}
 
 
+def test_a_config_that_is_not_text(work, capsys):
+    """Found by tools/fuzz: bytes that are not UTF-8 ended in a UnicodeDecodeError traceback."""
+    (work / "bad.yaml").write_bytes(b"family: qwen3-vl\n\xae\xff vision: {}\n")
+    assert "bad.yaml is not valid YAML" in refused(work, capsys, "vision", ["--config", "bad.yaml", "--out", "out"])
+
+
 @pytest.mark.parametrize("change, words", [
     ({"depth": "abc"}, "vision.depth must be an integer >= 1, got 'abc'"),
     ({"hidden_size": 0}, "vision.hidden_size must be an integer >= 1, got 0"),
@@ -228,6 +234,8 @@ TINY_VISION = {"depth": 2, "hidden_size": 64, "num_heads": 4, "intermediate_size
     ({"export": {"opset": "abc"}}, "export.opset must be a positive integer"),
     ({"export": {"tolerance": "abc"}}, "export.tolerance must be a positive number"),
     ({"vision": "qwen"}, "vision must be a mapping"),
+    ({"out_hidden_size": 10**12}, "vision.out_hidden_size must be an integer of at most 65536 in size"),  # fuzz
+    ({"vision": {k: v for k, v in TINY_VISION.items() if k != "depth"}}, "vision lacks 'depth'"),  # fuzz
 ])
 def test_bad_config_values(work, capsys, change, words):
     config = {"family": "qwen3-vl", "vision": dict(TINY_VISION)}

@@ -77,3 +77,16 @@ def test_qnn_stage_refuses_a_dynamic_export(tiny_exports, tmp_path, capsys):
     assert quantize_cli.main(["qnn", str(tiny_exports["torchscript"]), str(out)]) == 2
     assert "not a static export" in single_error(capsys.readouterr().err)
     assert not out.exists()
+
+
+def test_npu_check_of_a_file_ort_cannot_load_is_one_line(tmp_path, capsys):
+    """Found by tools/fuzz: ONNX Runtime's InvalidGraph escaped `npu-check` as a traceback."""
+    import onnx
+
+    source = builds.path(builds.export("qwen3-vl-tiny", "--static", "64x64")) / "model.onnx"
+    model = onnx.load(str(source))
+    node = next(n for n in model.graph.node if n.op_type == "Mul")
+    node.op_type = "Loop"  # a Loop without its body: ORT refuses the graph
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    code, _, err = npu_check([tmp_path / "model.onnx"], capsys)
+    assert code == 2 and "ONNX Runtime cannot load" in single_error(err)

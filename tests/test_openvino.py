@@ -18,6 +18,7 @@ import pytest
 from builders import family as family_builder
 from builders.config import load_config
 from core import onnx_io
+from core.errors import UsageError
 from core.parity import compare
 from families import of_model
 from families import validation as layouts_mod
@@ -168,3 +169,15 @@ def test_the_loop_bug_reproducer():
     assert outcome != "right", ("OpenVINO now sizes a Loop output of varying size right: the bug is fixed "
                                 "upstream; update docs/runtime-openvino.md's known limits")
 
+
+
+def test_a_string_input_is_refused_before_openvino_reads_it(tmp_path):
+    """Found by tools/fuzz: OpenVINO 2026.4's ONNX reader ends the process (segmentation fault) on a model whose
+    grid_thw is declared a string; the session refuses it first, in one line."""
+    import onnx
+
+    model = onnx.load(str(builds.path(builds.QWEN3_VL) / "model.onnx"))
+    next(v for v in model.graph.input if v.name == "grid_thw").type.tensor_type.elem_type = onnx.TensorProto.STRING
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    with pytest.raises(UsageError, match="'grid_thw' has element type string, which OpenVINO cannot read"):
+        OpenVINOSession(tmp_path / "model.onnx", threads=1)

@@ -472,3 +472,22 @@ def test_verify_requires_the_consumers_feature_name(dist, tmp_path, capsys):
     assert code == 1
     line = single_error(err)
     assert line.startswith("error: onnx/vision_encoder") and "'image_embeds', not 'image_features'" in line
+
+
+@pytest.mark.parametrize("edit", ["not an object", "outputs a number"])
+def test_a_stage_report_of_another_kind_is_one_line_before_any_work(tmp_path, capsys, edit):
+    """Found by tools/fuzz: a report.json that is a JSON string, or whose validation case holds a number where the
+    stage writes a mapping, ended in an AttributeError traceback."""
+    build = builds.assemble({"export": builds.QWEN3_VL}, tmp_path / "build" / NAME)
+    report = build / "export" / "report.json"
+    data = json.loads(report.read_text())
+    if edit == "not an object":
+        report.write_text(json.dumps("a string"))
+    else:
+        data["validation"]["cases"][0]["outputs"] = 2**63
+        report.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert release_cli.main(["package", str(build), "--dist", str(tmp_path / "dist"), "--threads", "1"]) == 2
+    line = single_error(capsys.readouterr().err)
+    assert "report" in line and str(report) in line
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
