@@ -31,9 +31,11 @@ def from_report(model_file: Path, family: Family) -> list[dict]:
                if all(k in c for k in family.layout_keys)]
     for layout in layouts:
         for key in family.layout_keys:
-            if not _small_ints(layout[key]) or _volume(layout[key]) > MAX_LAYOUT_VOLUME:
+            rows = layout[key]
+            if not (isinstance(rows, list) and rows and all(isinstance(r, list) for r in rows)
+                    and _small_ints(rows)) or _volume(rows) > MAX_LAYOUT_VOLUME:
                 raise UsageError(f"{Path(model_file).parent / 'report.json'}: validation case {layout['case']!r} "
-                                 f"has {key} {str(layout[key])[:80]}, not a nest of integers in 0..{MAX_LAYOUT_INT} "
+                                 f"has {key} {str(rows)[:80]}, not rows of integers in 0..{MAX_LAYOUT_INT} "
                                  f"whose rows multiply to at most {MAX_LAYOUT_VOLUME} in all; fix or remove the report")
     return layouts
 

@@ -35,8 +35,9 @@ def table(results: list[dict]) -> str:
         counts = by_command[r["command"]]
         counts[r["outcome"]] += 1
         counts["not one line"] += r["one_line"] is False
+        counts["not naming the input"] += r.get("names_input") is False
         counts["outside OUT"] += bool(r["outside"])
-    columns = [*runner.OUTCOMES, "not one line", "outside OUT"]
+    columns = [*runner.OUTCOMES, "not one line", "not naming the input", "outside OUT"]
     lines = ["| command | cases | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
     total = Counter()
     for command in sorted(by_command):

@@ -29,6 +29,7 @@ class Case:
     out: Path  # the one path the command may create
     what: str  # the mutation
     seed_file: str
+    input: str = ""  # the mutated input's path
 
 
 @dataclass(frozen=True)
@@ -178,4 +179,4 @@ def make(number: int, seed: int, seeds: Path, work: Path, commands: list[Command
         what = mutate_files.mutate_json(target / "config.json", rng)
     paths["in"] = str(target)
     return Case(number, command.label, command.module, [str(a) for a in command.argv(paths)], folder,
-                folder / command.out, what, str(source.relative_to(seeds)))
+                folder / command.out, what, str(source.relative_to(seeds)), str(target))

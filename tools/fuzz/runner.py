@@ -9,7 +9,8 @@ Outcomes (`Result.outcome`):
 - refused: exit 2;         - traceback: a Python traceback on stderr (whatever the exit code);
 - hang: stopped at the time limit (SIGTERM, then SIGKILL);  - memory: peak RSS past the limit, a MemoryError, or "error: out of memory";
 - crash: ended by a signal it was not sent.
-Besides: `one_line` (a refusal holds exactly one `error:` line), `outside` (files written or removed in the case's
+Besides: `one_line` (a refusal holds exactly one `error:` line), `names_input` (its line names the input: the path of
+a file or folder under the case's `in/`, or the input's name), `outside` (files written or removed in the case's
 folder outside OUT, or a seed file changed).
 """
 
@@ -49,6 +50,7 @@ class Result:
     seconds: float
     peak_mib: float
     one_line: bool | None = None
+    names_input: bool | None = None
     outside: list[str] = field(default_factory=list)
     last_line: str = ""
 
@@ -169,4 +171,11 @@ def _result(running: Running, status: int, usage, killed: bool, limits: Limits, 
                 if seed_state.get(path) != state]
     return Result(case.number, case.command, case.what, case.seed_file, outcome, exit_code, round(seconds, 3),
                   round(peak / 2**20, 1), one_line=(len(errors) == 1) if outcome == "refused" else None,
+                  names_input=_names_input(errors[-1], case) if outcome == "refused" and errors else None,
                   outside=changed, last_line=(errors[-1] if errors else lines[-1] if lines else "")[:300])
+
+
+def _names_input(line: str, case: Case) -> bool:
+    """Whether an error line names what the case gave the command: a path under its `in/` folder, or the name of
+    the input itself."""
+    return f"{case.folder.name}/in" in line or Path(case.input).name in line
