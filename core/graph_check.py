@@ -33,6 +33,8 @@ def problems(model, limit: int = 5) -> list[str]:
         imported[domain] = opset.version
         if opset.version < 1:
             found.append(f"opset {opset.domain or 'ai.onnx'} version {opset.version} (versions start at 1)")
+    if not model.graph.output:
+        found.append("the graph has no outputs (nothing to compute)")
     _graph(model.graph, set(), imported, "the graph", found, limit)
     return found[:limit]
 
@@ -73,7 +75,8 @@ def _size_problem(tensor) -> str | None:
     return None
 
 
-def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str], limit: int) -> None:
+def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str], limit: int) -> set[str]:
+    """Appends the problems of `graph` to `found`; returns the names it (or a subgraph of it) reads from `outer`."""
     _types(graph, where, found)
     available = set(outer)
     produced: dict[str, str] = {}
@@ -93,10 +96,11 @@ def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str],
                              f"{'another node' if name in outputs else 'a graph input or initializer'} "
                              "also provides")
                 if len(found) >= limit:
-                    return
+                    return set()
             outputs.setdefault(name, index)
     known = available | set(outputs)
     waits: list[set[int]] = []
+    captured: set[str] = set()  # names of `outer` this graph reads
     for index, node in enumerate(graph.node):
         domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
         if domain not in imported:
@@ -109,17 +113,20 @@ def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str],
         if missing:
             found.append(f"{where}: node {_node(node, index)} reads {missing[0]!r}, which no graph input, "
                          "initializer or node provides")
-        waits.append({outputs[name] for name in node.input if name in outputs and name not in available})
+        reads = {name for name in node.input if name}
         for attribute in node.attribute:
             subgraphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
             for sub in subgraphs:
                 if not sub.node and not sub.output:
                     found.append(f"{where}: node {_node(node, index)}'s attribute {attribute.name!r} is an "
                                  "empty graph")
-                else:
-                    _graph(sub, known, imported, f"{where} > {_node(node, index)}.{attribute.name}", found, limit)
+                else:  # what a body reads of this scope, the node waits on (a cycle may close through it)
+                    reads |= _graph(sub, known, imported, f"{where} > {_node(node, index)}.{attribute.name}",
+                                    found, limit)
+        waits.append({outputs[name] for name in reads if name in outputs and name not in available})
+        captured |= {name for name in reads if name in outer and name not in local and name not in outputs}
         if len(found) >= limit:
-            return
+            return captured
     cycle = _cycle(waits)
     if cycle is not None:
         found.append(f"{where}: nodes {', '.join(_node(graph.node[i], i) for i in cycle[:4])}"
@@ -127,6 +134,9 @@ def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str],
     for value in graph.output:
         if value.name not in known:
             found.append(f"{where}: output {value.name!r} is provided by no node, input or initializer")
+        elif value.name in outer and value.name not in local and value.name not in outputs:
+            captured.add(value.name)
+    return captured
 
 
 def _node(node, index: int) -> str:

@@ -7,6 +7,7 @@ and one entry in `FAMILIES` below.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from core.errors import UsageError
@@ -50,9 +51,47 @@ def check_graph_inputs(fam: Family, graph, path: str | Path) -> None:
                              "tool)")
 
 
+#: Metadata values the stages and the runtime read as numbers: (low, high) of each.
+METADATA_INTS = {"export_num_patches": (1, 2**24), "export_num_tokens": (1, 2**24), "spatial_merge_size": (1, 64),
+                 "patch_dim": (1, 2**16), "out_hidden_size": (1, 2**16), "window_patches": (0, 2**16),
+                 "export_num_crops": (1, 2**10), "crop_size": (1, 2**14), "patch_size": (1, 2**10),
+                 "feature_layer": (-2**10, 2**10), "num_attention_heads": (1, 2**10),
+                 "vision_hidden_size": (1, 2**16), "static_num_crops": (1, 2**10)}
+#: Metadata values read as JSON, and the kind each must be.
+METADATA_JSON = {"export_grid_thw": list, "deepstack_visual_indexes": list, "export_image_sizes": list,
+                 "optimize_passes": list, "static_inputs": (list, type(None))}
+
+
+def check_metadata(metadata: Metadata, path: str | Path) -> None:
+    """UsageError when a metadata value a stage or the runtime parses is not what the export writes (found by
+    tools/fuzz: an empty `patch_dim` ended in int()'s ValueError)."""
+    for key, (low, high) in METADATA_INTS.items():
+        if key in metadata:
+            value = metadata[key]
+            try:
+                ok = low <= int(value) <= high
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise UsageError(f"{path}: metadata {key} = {value[:40]!r} is not an integer in {low}..{high}: the "
+                                 "file is corrupt or not an export of this tool")
+    for key, kind in METADATA_JSON.items():
+        if key in metadata:
+            try:
+                ok = isinstance(json.loads(metadata[key]), kind)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise UsageError(f"{path}: metadata {key} = {metadata[key][:40]!r} is not the JSON the export "
+                                 "writes: the file is corrupt or not an export of this tool")
+
+
 def of_model(metadata: Metadata, path: str | Path) -> Family:
-    """The family an exported model records in its metadata (`family`), or UsageError saying so."""
+    """The family an exported model records in its metadata (`family`), its parsed values checked
+    (`check_metadata`), or UsageError saying what is wrong."""
     if "family" not in metadata:
         raise UsageError(f"{path} records no `family` in its metadata: it was not made by "
                          f"`python -m builders.vision` (re-export it)")
-    return family(metadata["family"], str(path))
+    found = family(metadata["family"], str(path))
+    check_metadata(metadata, path)
+    return found

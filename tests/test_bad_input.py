@@ -79,3 +79,15 @@ def test_runtime_encode_runs_a_good_pack(tiny_exports, tmp_path):
                              "--inputs", str(inputs), "--out", str(out)]) == 0
     result = np.load(out)
     assert result["image_features"].shape == (30, 96) and result["deepstack_embeds_1"].shape == (30, 96)
+
+
+@pytest.mark.parametrize("key, value", [("patch_dim", ""), ("spatial_merge_size", "1e400"),
+                                        ("export_grid_thw", "[1, 2"), ("deepstack_visual_indexes", "7")])
+def test_metadata_that_is_not_what_the_export_writes(key, value):
+    """Found by tools/fuzz: an empty `patch_dim` ended `surgery stage` in int()'s ValueError. Every stage and the
+    runtime resolve the family through `of_model`, which checks the values they parse."""
+    from families import of_model
+
+    metadata = {"family": "qwen3-vl", "patch_dim": "1536", "spatial_merge_size": "2", key: value}
+    with pytest.raises(UsageError, match=f"model.onnx: metadata {key} = .* is not"):
+        of_model(metadata, "model.onnx")

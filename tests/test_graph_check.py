@@ -63,6 +63,8 @@ def test_a_valid_graph_with_a_loop_reading_the_outer_scope_has_none():
     ("undefined type", "initializer 'w' has element type 0, which ONNX does not define"),
     ("bytes off the dims", "initializer 'w' holds 8 bytes, but its dims [2, 2147483648] need 17179869184"),
     ("negative dim", "initializer 'w' has a negative dim [-2]"),
+    ("no outputs", "the graph has no outputs"),
+    ("cycle through a body", "wait on each other's outputs (a cycle)"),
 ])
 def test_each_problem_is_named(case, expected):
     relu = helper.make_node("Relu", ["x"], ["a"])
@@ -79,6 +81,11 @@ def test_each_problem_is_named(case, expected):
         "opset 0": lambda: _model([relu, helper.make_node("Relu", ["a"], ["y"])], opsets=(("", 0),)),
         "empty body": lambda: _model([relu, helper.make_node("Loop", ["trip", "cond0", "x"], ["y"], body=helper.make_graph(
             [], "body", [], []))], **loop),
+        "no outputs": lambda: _model([relu], outputs=()),
+        # the Loop's body reads 'r', which a Relu computes from the Loop's own output: the nodes wait on each other
+        "cycle through a body": lambda: _model([helper.make_node("Loop", ["trip", "cond0", "x"], ["y"],
+                                                                 body=_loop_body("r")),
+                                                helper.make_node("Relu", ["y"], ["r"])], **loop),
         "undefined type": lambda: _weighted(lambda w: setattr(w, "data_type", 0)),
         "bytes off the dims": lambda: _weighted(lambda w: w.dims.append(2**31)),
         "negative dim": lambda: _weighted(lambda w: w.dims.__setitem__(0, -2)),
