@@ -25,7 +25,7 @@ from builders.checkpoint import family_of as checkpoint_family
 from builders.config import ModelConfig, load_config
 from core import onnx_io, session
 from core import report as reports
-from core.errors import CheckFailed, Parser, UsageError, main_wrapper
+from core.errors import CheckFailed, Parser, UsageError, main_wrapper, subject
 from core.progress import say, step
 from core.staging import add_clobber_argument, check_folder_output, keep_rejected, staged_folder
 from families.static_size import StaticSize
@@ -209,7 +209,12 @@ def export(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return main_wrapper(lambda: export(parse_args(argv)))
+    def body() -> int:
+        args = parse_args(argv)
+        subject(args.config or args.checkpoint)  # a --model name is no file: its messages name it
+        return export(args)
+
+    return main_wrapper(body)
 
 
 if __name__ == "__main__":

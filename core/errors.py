@@ -6,10 +6,12 @@ cause in that line, and no traceback.
 """
 
 import argparse
+import contextvars
 import logging
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from core import console
 
@@ -44,6 +46,24 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
+#: The file or folder a command was pointed at (`subject`), named in its `error:` line when the message does not.
+_SUBJECT: contextvars.ContextVar[str | None] = contextvars.ContextVar("subject", default=None)
+
+
+def subject(path) -> None:
+    """Say which input this command works on: a refusal (UsageError) that names neither it nor its file name gets
+    it in front (`error: IN: ...`), so every refusal names the file it is about."""
+    _SUBJECT.set(str(path) if path is not None else None)
+
+
+def _message(err: BaseException) -> str:
+    text = one_line(err)
+    path = _SUBJECT.get()
+    if path and path not in text and Path(path).name not in text and not text.startswith("-"):
+        text = f"{path}: {text}"  # (an option's error names the option: it stays as it is)
+    return text
+
+
 def one_line(text: str) -> str:
     """`text` on one line: inner newlines become ' | ', surrounding blanks go."""
     return " | ".join(part.strip() for part in str(text).splitlines() if part.strip())
@@ -68,9 +88,9 @@ def main_wrapper(body: Callable[[], int]) -> int:
         try:
             return body()
         except UsageError as err:
-            print(f"error: {one_line(err)}", file=console.stream())
+            print(f"error: {_message(err)}", file=console.stream())
             return EXIT_USAGE
-        except CheckFailed as err:
+        except CheckFailed as err:  # a check's finding names what failed (verify: the file in the package)
             print(f"error: {one_line(err)}", file=console.stream())
             return EXIT_FAILED
         except MemoryError:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from core import onnx_io
-from core.errors import Parser, main_wrapper
+from core.errors import Parser, main_wrapper, subject
 from families import of_model
 from quantize import fp16, int4, int8, optimize, ov_int8, q4f16, qnn
 from quantize.options import StageRun, WeightChecks, add_floor_argument
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None, hooks: StageRun | None = None) -> int:
 
     def body() -> int:
         args = resolve_shipped(sys.argv[1:] if argv is None else list(argv))
+        subject(getattr(args, "input", None))
         context = StageRun.from_args(args, hooks)
         if args.command == "optimize":
             optimize.run(args.input, args.out, set(args.skip), context, args.checks)

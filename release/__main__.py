@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from core.errors import Parser, UsageError, main_wrapper
+from core.errors import Parser, UsageError, main_wrapper, subject
 from core.staging import add_clobber_argument
 
 
@@ -72,6 +72,7 @@ def parse_args(argv: list[str] | None):
 
 def run(argv: list[str] | None) -> int:
     args = parse_args(argv)
+    subject(args.build)
     if args.command == "package":
         from release.package import package
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from core import onnx_io, session
-from core.errors import Parser, UsageError, main_wrapper
+from core.errors import Parser, UsageError, main_wrapper, subject
 from core.staging import add_clobber_argument, check_result_file, is_marked_result, staged_file
 from families import check_graph_inputs, of_model
 from runtime import collection, embed, npu, npu_embed, verify, webgpu
@@ -67,6 +67,10 @@ def encode(model_path: Path, inputs_path: Path, out_path: Path, threads: int | N
     return list(outputs)
 
 
+#: {subcommand: its argument naming the file or folder it is about} (`core.errors.subject`).
+INPUT_ARGUMENT = {"verify": "package", "webgpu-check": "package", "npu-check": "model", "encode": "model"}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m runtime", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -95,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = parser.parse_args(argv)
+        # the one input of these commands (embed's images and collection's list name themselves in their errors)
+        subject(getattr(args, INPUT_ARGUMENT[args.command]) if args.command in INPUT_ARGUMENT else None)
         if args.command == "verify":
             return verify.run(args)
         if args.command == "embed":  # --engine qnn: the package's static buckets on the NPU

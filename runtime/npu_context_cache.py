@@ -26,7 +26,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from core import onnx_io
-from core.errors import CheckFailed
+from core.errors import CheckFailed, UsageError
 from core.session import ORT_ERRORS
 from core.staging import user_cache
 
@@ -55,7 +55,7 @@ def open_cached(model: Path, cache: Path, entry_key: str, open_fn) -> tuple[obje
     if (entry / MARKER).is_file() and (entry / CONTEXT).is_file():
         try:
             return open_fn(entry / CONTEXT, None), f"loaded the compiled graph kept in {entry}"
-        except (CheckFailed, *ORT_ERRORS):
+        except (CheckFailed, UsageError, *ORT_ERRORS):  # UsageError: ORT cannot load the kept context
             shutil.rmtree(entry, ignore_errors=True)  # ours (it has the marker) and unreadable: compile again
     cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{entry_key[:16]}-", dir=cache))

@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from core.errors import Parser, UsageError, main_wrapper
+from core.errors import Parser, UsageError, main_wrapper, subject
 from core.onnx_io import copy_model, has_external_data, load, model_path, save
 from core.progress import say, step
 from core.staging import StagedFile, add_clobber_argument, check_file_output, check_folder_output
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         args = build_parser().parse_args(argv)
         start = time.perf_counter()
+        subject(args.input)
         args.input = str(model_path(args.input))  # a model file, or a stage folder holding model.onnx
         if getattr(args, "output", None) is not None:
             _check_out(args)  # before any work: a bad OUT is found in a second, not after the run
