@@ -13,6 +13,7 @@ names, at most `limit` of them:
 - a Constant node without exactly one attribute (its value);
 - an element type ONNX does not define (undefined on an input or initializer, an unknown code anywhere);
 - an initializer with a negative dim, or whose bytes in the file are not what its dims and type need;
+- a graph input declaring a negative or absurd static dim (past MAX_DIM, or MAX_INPUT_ELEMENTS in all);
 - a subgraph attribute (a Loop's or If's body) that is empty or holds the same problems.
 """
 
@@ -20,6 +21,10 @@ from __future__ import annotations
 
 from core import onnx_light
 
+#: The largest static dim, and the most elements, a graph input may declare (2^30 float32 elements are 4 GiB; the
+#: fuzzer's 2^31- and 10^18-wide inputs sent the surgery probes into allocations past any machine).
+MAX_DIM = 2**24
+MAX_INPUT_ELEMENTS = 2**30
 #: The default domain's two spellings.
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -54,6 +59,15 @@ def _types(graph, where: str, found: list[str]) -> None:
         problem = _size_problem(tensor)
         if problem:
             found.append(f"{where}: initializer {tensor.name!r} {problem}")
+            return
+    for value in graph.input:
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim if d.HasField("dim_value")]
+        elements = 1
+        for dim in dims:
+            elements *= max(dim, 1)
+        if any(d < 0 or d > MAX_DIM for d in dims) or elements > MAX_INPUT_ELEMENTS:
+            found.append(f"{where}: input {value.name!r} declares dims {dims} (a dim past {MAX_DIM}, or more than "
+                         f"{MAX_INPUT_ELEMENTS} elements): no input of that size can be made")
             return
 
 

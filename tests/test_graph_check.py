@@ -24,6 +24,12 @@ def _both(model) -> list[list[str]]:
     return [graph_check.problems(model), graph_check.problems(onnx_light.parse(model.SerializeToString()))]
 
 
+def _absurd_input():
+    model = _model([helper.make_node("Relu", ["x"], ["y"])])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2**31
+    return model
+
+
 def _weighted(edit):
     """x + w (w: float32 [2], raw bytes) with `edit(w)` applied to the initializer."""
     weight = helper.make_tensor("w", TensorProto.FLOAT, [2], vals=b"\0" * 8, raw=True)
@@ -64,6 +70,7 @@ def test_a_valid_graph_with_a_loop_reading_the_outer_scope_has_none():
     ("bytes off the dims", "initializer 'w' holds 8 bytes, but its dims [2, 2147483648] need 17179869184"),
     ("negative dim", "initializer 'w' has a negative dim [-2]"),
     ("no outputs", "the graph has no outputs"),
+    ("absurd input", "input 'x' declares dims [2147483648]"),
     ("cycle through a body", "wait on each other's outputs (a cycle)"),
 ])
 def test_each_problem_is_named(case, expected):
@@ -82,6 +89,7 @@ def test_each_problem_is_named(case, expected):
         "empty body": lambda: _model([relu, helper.make_node("Loop", ["trip", "cond0", "x"], ["y"], body=helper.make_graph(
             [], "body", [], []))], **loop),
         "no outputs": lambda: _model([relu], outputs=()),
+        "absurd input": lambda: _absurd_input(),
         # the Loop's body reads 'r', which a Relu computes from the Loop's own output: the nodes wait on each other
         "cycle through a body": lambda: _model([helper.make_node("Loop", ["trip", "cond0", "x"], ["y"],
                                                                  body=_loop_body("r")),
