@@ -201,7 +201,7 @@ def family_of(checkpoint: str) -> tuple[str, Path]:
 
     folder, config = checkpoint_config(checkpoint, ())
     model_type = config.get("model_type")
-    if model_type not in MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise UsageError(f"checkpoint {folder / 'config.json'} has model_type {model_type!r}; this exporter takes "
                          f"{', '.join(sorted(MODEL_TYPES))}")
     return MODEL_TYPES[model_type], folder

@@ -25,6 +25,9 @@ from core import onnx_light
 #: fuzzer's 2^31- and 10^18-wide inputs sent the surgery probes into allocations past any machine).
 MAX_DIM = 2**24
 MAX_INPUT_ELEMENTS = 2**30
+#: A Constant's value attribute: {name: AttributeProto.AttributeType it must be} (value: TENSOR, ...).
+CONSTANT_VALUES = {"value": 4, "value_float": 1, "value_floats": 6, "value_int": 2, "value_ints": 7,
+                   "value_string": 3, "value_strings": 8, "sparse_value": 11}
 #: The default domain's two spellings.
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -120,9 +123,11 @@ def _graph(graph, outer: set[str], imported: dict, where: str, found: list[str],
         if domain not in imported:
             found.append(f"{where}: node {_node(node, index)} is of domain {node.domain!r}, which the model "
                          "imports no opset for")
-        if node.op_type == "Constant" and domain == "" and len(node.attribute) != 1:
-            found.append(f"{where}: Constant node {_node(node, index)} has {len(node.attribute)} attributes "
-                         "(exactly one holds its value)")
+        if node.op_type == "Constant" and domain == "" and (
+                len(node.attribute) != 1 or CONSTANT_VALUES.get(node.attribute[0].name) != node.attribute[0].type):
+            found.append(f"{where}: Constant node {_node(node, index)} has "
+                         f"{[(a.name, a.type) for a in node.attribute]} as attributes (exactly one holds its value, "
+                         "of the kind its name says)")
         missing = [name for name in node.input if name and name not in known]
         if missing:
             found.append(f"{where}: node {_node(node, index)} reads {missing[0]!r}, which no graph input, "

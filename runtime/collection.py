@@ -154,6 +154,8 @@ def package_meta(folder: Path, manifest: dict, variant: str, deepstack: bool, ca
     `cached`: the file stats of an earlier `_collection.json` (`checksum`)."""
     outputs = [o.get("name") for o in manifest.get("outputs", []) if isinstance(o, dict)]
     digest, stats = checksum(folder, embed.model_file(folder, manifest, variant), cached)
+    for name, (_, _, file_digest) in stats.items():  # the bytes that run are the package's (hashed just now)
+        unpack.check_recorded(folder, folder / name, file_digest)
     return {"format": collection_io.FORMAT, "package": manifest.get("name"), "family": manifest["family"],
             "variant": variant, "checksum": digest, "checksum_files": stats,
             "columns": ["embedding", *(outputs[1:] if deepstack else [])],

@@ -149,6 +149,8 @@ def choose_model(folder: Path, manifest: dict, engine: Engine, variant: str | No
     if model.suffix == ".xml" and choice.engine.name != "openvino":  # an OpenVINO IR (the ov-int8 variant)
         raise UsageError(f"variant {choice.variant!r} ({model.relative_to(folder)}) is an OpenVINO IR: run it with "
                          "--engine openvino")
+    if choice.engine.name == "openvino" and model.suffix == ".onnx":  # its reader crashes on some broken graphs
+        unpack.check_recorded(folder, model)
     return choice, model
 
 

@@ -171,6 +171,25 @@ def inside(folder: Path, relative, what: str) -> Path:
     return folder / relative
 
 
+def check_recorded(folder: Path, path: Path, digest: str | None = None) -> None:
+    """UsageError when the package file `path` differs from what the package's SHA256SUMS records for it (`digest`:
+    its sha256 when already known). For the files handed to OpenVINO, whose ONNX reader ends the process on some
+    malformed graphs (found by tools/fuzz: a node's op type changed to Conv): a file that is not what was packaged
+    is refused before it reads it. A package without SHA256SUMS, or without a line for the file, is not checked
+    here (`runtime verify` says what is missing)."""
+    from runtime.verify import sha256
+
+    sums = folder / SUMS
+    if not sums.is_file():
+        return
+    relative = path.relative_to(folder).as_posix()
+    recorded = {line.split("  ", 1)[1]: line.split("  ", 1)[0]
+                for line in sums.read_text(errors="replace").splitlines() if "  " in line}
+    if relative in recorded and recorded[relative] != (digest or sha256(path)):
+        raise UsageError(f"{path} is not the file the package recorded (its sha256 differs from {SUMS}'s): the "
+                         f"package is corrupt or was edited; `python -m runtime verify {folder}` says more")
+
+
 def is_tarball(path: Path) -> bool:
     return path.name.endswith((".tar.gz", ".tgz", ".tar"))
 

@@ -91,3 +91,14 @@ def test_metadata_that_is_not_what_the_export_writes(key, value):
     metadata = {"family": "qwen3-vl", "patch_dim": "1536", "spatial_merge_size": "2", key: value}
     with pytest.raises(UsageError, match=f"model.onnx: metadata {key} = .* is not"):
         of_model(metadata, "model.onnx")
+
+
+def test_a_checkpoint_whose_model_type_is_no_string(tmp_path):
+    """Found by tools/fuzz: `model_type: {}` ended in a TypeError (unhashable) traceback."""
+    import json
+
+    from builders.checkpoint import family_of
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": {}}))
+    with pytest.raises(UsageError, match="has model_type {}; this exporter takes"):
+        family_of(str(tmp_path))

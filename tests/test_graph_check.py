@@ -24,6 +24,13 @@ def _both(model) -> list[list[str]]:
     return [graph_check.problems(model), graph_check.problems(onnx_light.parse(model.SerializeToString()))]
 
 
+def _constant_typed_float():
+    """A Constant whose `value` (a tensor attribute by its name) says it is a FLOAT."""
+    constant = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.FLOAT, [2], [1, 2]))
+    constant.attribute[0].type = onnx.AttributeProto.FLOAT
+    return _model([helper.make_node("Relu", ["x"], ["a"]), constant, helper.make_node("Add", ["a", "c"], ["y"])])
+
+
 def _absurd_input():
     model = _model([helper.make_node("Relu", ["x"], ["y"])])
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2**31
@@ -65,7 +72,8 @@ def test_a_valid_graph_with_a_loop_reading_the_outer_scope_has_none():
     ("opset 0", "opset ai.onnx version 0 (versions start at 1)"),
     ("empty body", "attribute 'body' is an empty graph"),
     ("dangling in a body", "> #1 (Loop).body: node #1 (Add) reads 'ghost'"),
-    ("constant without value", "Constant node #1 (Constant) has 0 attributes (exactly one holds its value)"),
+    ("constant without value", "Constant node #1 (Constant) has [] as attributes (exactly one holds its value"),
+    ("constant of another kind", "Constant node #1 (Constant) has [('value', 1)] as attributes"),
     ("undefined type", "initializer 'w' has element type 0, which ONNX does not define"),
     ("bytes off the dims", "initializer 'w' holds 8 bytes, but its dims [2, 2147483648] need 17179869184"),
     ("negative dim", "initializer 'w' has a negative dim [-2]"),
@@ -99,6 +107,7 @@ def test_each_problem_is_named(case, expected):
         "negative dim": lambda: _weighted(lambda w: w.dims.__setitem__(0, -2)),
         "constant without value": lambda: _model([relu, helper.make_node("Constant", [], ["c"]),
                                                   helper.make_node("Add", ["a", "c"], ["y"])]),
+        "constant of another kind": lambda: _constant_typed_float(),
         "dangling in a body": lambda: _model([relu, helper.make_node("Loop", ["trip", "cond0", "x"], ["y"],
                                                                      body=_loop_body("ghost"))], **loop),
     }[case]()

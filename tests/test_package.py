@@ -491,3 +491,23 @@ def test_a_stage_report_of_another_kind_is_one_line_before_any_work(tmp_path, ca
     line = single_error(capsys.readouterr().err)
     assert "report" in line and str(report) in line
     assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_openvino_reads_no_package_file_that_is_not_the_packaged_one(tmp_path, capsys):
+    """Found by tools/fuzz: OpenVINO's ONNX reader ends the process (segmentation fault) on a graph whose node was
+    given another op type; `embed --engine openvino` first checks the file against the package's SHA256SUMS."""
+    pytest.importorskip("openvino", reason="the openvino extra")
+    folder = tmp_path / NAME
+    shutil.copytree(builds.path(builds.package(NAME, {"export": builds.QWEN3_VL})) / NAME, folder)
+    model_file = folder / "onnx" / "vision_encoder.onnx"
+    model = onnx.load(str(model_file))
+    next(n for n in model.graph.node if n.op_type == "Mul").op_type = "Conv"
+    onnx.save(model, str(model_file))
+    from PIL import Image
+
+    Image.new("RGB", (64, 64), (10, 20, 30)).save(tmp_path / "photo.png")
+    capsys.readouterr()
+    code = runtime_cli.main(["embed", str(tmp_path / "photo.png"), "--package", str(folder), "--out",
+                             str(tmp_path / "out.npz"), "--engine", "openvino", "--threads", "1"])
+    assert code == 2 and "is not the file the package recorded" in single_error(capsys.readouterr().err)
+    assert not (tmp_path / "out.npz").exists()

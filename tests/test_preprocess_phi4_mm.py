@@ -90,3 +90,14 @@ def test_crop_grid_caps_the_crop_count():
     cols, rows = phi4_mm.crop_grid(3000, 4000, 448, 36)  # 9 x 7 = 63 crops would exceed 36
     assert cols * rows <= 36 and cols >= rows
     assert phi4_mm.crop_grid(448, 448, 448, 36) == (1, 1)
+
+
+@pytest.mark.parametrize("key, value", [("image_mean", [{"a": 1}, 0.5, 0.5]), ("image_std", [0.5, 0.0, 0.5]),
+                                        ("dynamic_hd", "36"), ("size", {"height": 10**9, "width": 10**9})])
+def test_processor_values_of_another_kind_are_refused(tmp_path, key, value):
+    """Found by tools/fuzz: an image_mean holding a mapping ended in numpy's TypeError."""
+    import json
+
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(phi4_mm.config_dict(**{key: value})))
+    with pytest.raises(UsageError, match=f"{key} = .* is not what the processor writes"):
+        phi4_mm.load_config(tmp_path)

@@ -62,9 +62,33 @@ def load_config(folder: str | Path) -> dict:
         raise UsageError(f"{path} is not a Phi-4-multimodal image processor config (no dynamic_hd)")
     refuse_code(raw, path)
     config = {**DEFAULTS, **{k: raw[k] for k in DEFAULTS if k in raw}}
+    _check_types(config, path)
     if config["size"].get("height") != config["size"].get("width"):
         raise UsageError(f"{path}: size must be square, got {config['size']}")
     return config
+
+
+def _number(value, low: float, high: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
+
+
+def _check_types(config: dict, path: Path) -> None:
+    """The values `preprocess` computes with, of the kinds and ranges the processor writes (found by tools/fuzz: an
+    image_mean holding a mapping ended in numpy's TypeError)."""
+    size = config["size"]
+    checks = {
+        "size": isinstance(size, dict) and all(_number(size.get(k), 14, 4096) for k in ("height", "width")),
+        "patch_size": _number(config["patch_size"], 1, 448) and isinstance(config["patch_size"], int),
+        "dynamic_hd": _number(config["dynamic_hd"], 1, 1024) and isinstance(config["dynamic_hd"], int),
+        "image_mean": isinstance(config["image_mean"], list) and len(config["image_mean"]) == 3
+        and all(_number(v, -1e6, 1e6) for v in config["image_mean"]),
+        "image_std": isinstance(config["image_std"], list) and len(config["image_std"]) == 3
+        and all(_number(v, 1e-9, 1e6) for v in config["image_std"]),
+        "rescale_factor": _number(config["rescale_factor"], 1e-9, 1e6),
+    }
+    for key, ok in checks.items():
+        if not ok:
+            raise UsageError(f"{path}: {key} = {str(config[key])[:60]} is not what the processor writes")
 
 
 def _closest_ratio(aspect: float, ratios: list, width: int, height: int, crop: int) -> tuple[int, int]:
