@@ -37,7 +37,7 @@ def test_report_layouts_out_of_range_are_refused(tmp_path):
 
     qwen = family("qwen3-vl")
     (tmp_path / "model.onnx").write_bytes(b"")
-    for grid in ([[1, -4, 4]], [[1, 10**12, 4]], [[1, 2048, 2048]], [["1", 4, 4]], [0, [1, 4, 4]], [[1, 4], [1, 4, 4]], [0]):
+    for grid in ([[1, -4, 4]], [[1, 10**12, 4]], [[1, 2048, 2048]], [["1", 4, 4]], [0, [1, 4, 4]], [[1, 4], [1, 4, 4]], [0], [[1, 4, 0]]):
         (tmp_path / "report.json").write_text(json.dumps({"validation": {"cases": [{"case": "c", "grid_thw": grid}]}}))
         with pytest.raises(UsageError, match="validation case 'c' has grid_thw .* not rows of integers"):
             validation.from_report(tmp_path / "model.onnx", qwen)
