@@ -161,13 +161,14 @@ def inside(folder: Path, relative, what: str) -> Path:
     """`folder/relative` for a path a package's manifest names; UsageError when it is not a relative path that
     stays inside the package (absolute, `..`, a link pointing out), so no file of the system is ever read for it."""
     if not isinstance(relative, str) or not relative:
-        raise UsageError(f"{what} names {relative!r}, not a file path of the package; build the package again")
+        raise UsageError(f"{folder}: {what} names {relative!r}, not a file path of the package; build the package "
+                         "again")
     pure = PurePosixPath(relative)
     resolved = (folder / relative).resolve()
     if pure.is_absolute() or relative.startswith("\\") or ".." in pure.parts or (len(relative) > 1 and relative[1] == ":") \
             or not resolved.is_relative_to(folder.resolve()):
-        raise UsageError(f"{what} names {relative!r}, outside the package; a package names its files relative to "
-                         "its folder: build or unpack the package again")
+        raise UsageError(f"{folder}: {what} names {relative!r}, outside the package; a package names its files "
+                         "relative to its folder: build or unpack the package again")
     return folder / relative
 
 
