@@ -66,10 +66,9 @@ def test_the_runner_tells_each_outcome_apart(tmp_path):
     told as such (the probes are functions of this module, run as a case's `main`)."""
     seeds_dir = tmp_path / "seeds"
     seeds_dir.mkdir()
-    import resource
-
-    # a forked case's peak resident memory includes what it shares with this process
-    here = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # a forked case's peak resident memory starts at what it shares with this process: this process's resident
+    # memory now (not its peak so far, which a build made in this worker may have raised far above it)
+    here = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     limits = runner.Limits(seconds=3, memory_bytes=here + 300 * 2**20)
     found = {}
     for probe in PROBES:
@@ -113,6 +112,9 @@ def _probe_module():
 
     def segfault():
         import ctypes
+        import faulthandler
+
+        faulthandler.disable()  # pytest's handler would print its report on this worker's stderr
         ctypes.string_at(0)
 
     def allocate():
