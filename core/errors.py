@@ -82,6 +82,14 @@ def main_wrapper(body: Callable[[], int]) -> int:
     The body runs in `core.console.quiet()`: third-party warnings go to the stage's log.txt, not the console.
     """
     logging.getLogger("onnx_ir").setLevel(logging.ERROR)
+    token = _SUBJECT.set(None)  # a command's input is its own: none from an earlier command in this process
+    try:
+        return _run(body)
+    finally:
+        _SUBJECT.reset(token)
+
+
+def _run(body: Callable[[], int]) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
     with console.quiet():

@@ -12,6 +12,7 @@ written into a fresh temporary folder, so nothing can land outside it, and remov
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -172,14 +173,21 @@ def inside(folder: Path, relative, what: str) -> Path:
     return folder / relative
 
 
+def sha256(path: Path) -> str:
+    """The sha256 of a file, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def check_recorded(folder: Path, path: Path, digest: str | None = None) -> None:
     """UsageError when the package file `path` differs from what the package's SHA256SUMS records for it (`digest`:
     its sha256 when already known). For the files handed to OpenVINO, whose ONNX reader ends the process on some
     malformed graphs (found by tools/fuzz: a node's op type changed to Conv): a file that is not what was packaged
     is refused before it reads it. A package without SHA256SUMS, or without a line for the file, is not checked
     here (`runtime verify` says what is missing)."""
-    from runtime.verify import sha256
-
     sums = folder / SUMS
     if not sums.is_file():
         return

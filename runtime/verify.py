@@ -23,7 +23,6 @@ Exit 2 (bad input) when the path is not a package at all.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -44,18 +43,11 @@ from runtime.package_records import (
     opsets,
     read_package_model,
 )
+from runtime.unpack import sha256
 
 TAG = "verify"
 MANIFEST, SUMS, CARD = unpack.MANIFEST, unpack.SUMS, unpack.CARD
 FORMAT = "vlm-vision-onnx-package/1"
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def check_sums(folder: Path) -> dict[str, str]:

@@ -116,5 +116,5 @@ def test_doctor_needs_a_probe_when_no_guess_runs(tmp_path, capsys):
     onnx.save(proto, path)
     assert main(["doctor", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [("error: input 'images' has non-static dims [?,?,?,?]; say the size to run it at with "
-                    "--probe images=1xSIZExSIZExSIZE")]
+    assert err == [(f"error: {path}: input 'images' has non-static dims [?,?,?,?]; say the size to run it at with "
+                    "--probe images=1xSIZExSIZExSIZE")]  # the file it is about in front (core.errors.subject)
