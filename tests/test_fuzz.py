@@ -66,10 +66,13 @@ def test_the_runner_tells_each_outcome_apart(tmp_path):
     told as such (the probes are functions of this module, run as a case's `main`)."""
     seeds_dir = tmp_path / "seeds"
     seeds_dir.mkdir()
-    # a forked case's peak resident memory starts at what it shares with this process: this process's resident
-    # memory now (not its peak so far, which a build made in this worker may have raised far above it)
-    here = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    limits = runner.Limits(seconds=3, memory_bytes=here + 300 * 2**20)
+    # a forked case's peak resident memory starts at what fork copied of this worker's page tables: its anonymous
+    # memory, not the shared libraries it mapped (torch's, after a build in this worker) nor its peak so far. So
+    # the limit is what a case that does nothing peaks at, plus 300 MiB (the allocating probe touches 600).
+    (tmp_path / "noop").mkdir()
+    noop = cases.Case(0, "noop", "fuzz_probe_write_beside", [], tmp_path / "noop", tmp_path / "noop" / "out", "", "")
+    baseline = runner.run(noop, runner.Limits(seconds=30), {}, seeds_dir).peak_mib * 2**20
+    limits = runner.Limits(seconds=3, memory_bytes=int(baseline) + 300 * 2**20)
     found = {}
     for probe in PROBES:
         folder = tmp_path / probe
