@@ -80,14 +80,8 @@ def _size_problem(tensor) -> str | None:
         return f"has a negative dim {list(tensor.dims)}"
     if tensor.data_location == onnx_light.EXTERNAL or not tensor.HasField("raw_data"):
         return None  # external data: core.onnx_io checks its file; typed fields: parsed by count
-    bits = onnx_light.ELEMENT_BITS.get(tensor.data_type)
-    if bits is None:
-        return None
-    elements = 1
-    for dim in tensor.dims:
-        elements *= dim
-    needed = -(-elements * bits // 8)
-    if len(tensor.raw_data) != needed:
+    needed = onnx_light.byte_count(tensor)
+    if needed is not None and len(tensor.raw_data) != needed:
         return f"holds {len(tensor.raw_data)} bytes, but its dims {list(tensor.dims)} need {needed}"
     return None
 

@@ -145,11 +145,8 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
             raise UsageError(
                 f"{path}: weight '{tensor.name}' has external-data offset {info.get('offset')!r} and length "
                 f"{info.get('length')!r}, which are not byte counts; the model file is corrupt: export it again")
-        if length == 0 and tensor.data_type in onnx_light.ELEMENT_BITS:  # no length recorded: what the dims need
-            elements = 1
-            for dim in tensor.dims:
-                elements *= max(int(dim), 0)
-            length = -(-elements * onnx_light.ELEMENT_BITS[tensor.data_type] // 8)
+        if length == 0:  # no length recorded: what the dims need (graph_check refused negative dims already)
+            length = onnx_light.byte_count(tensor) or 0
         end = offset + length
         if file.stat().st_size < end:
             raise UsageError(

@@ -33,6 +33,20 @@ DTYPE_NAMES = {
 #: needs when its external_data records no length: ceil(elements * bits / 8)).
 ELEMENT_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64, 14: 64, 15: 128,
                 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4, 24: 8, 25: 2, 26: 2}
+
+
+def byte_count(tensor) -> int | None:
+    """The bytes a TensorProto's data needs from its dims and type: ceil(elements * bits / 8); None for a type
+    without a fixed size (strings) or a negative dim."""
+    bits = ELEMENT_BITS.get(tensor.data_type)
+    if bits is None or any(dim < 0 for dim in tensor.dims):
+        return None
+    elements = 1
+    for dim in tensor.dims:
+        elements *= int(dim)
+    return -(-elements * bits // 8)
+
+
 _PACKAGE = "vlm_vision_onnx.onnx_light"
 
 _F = descriptor_pb2.FieldDescriptorProto

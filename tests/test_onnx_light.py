@@ -21,6 +21,20 @@ def test_dtype_tables_are_onnxs():
         assert bits == expected, code
 
 
+
+def test_byte_count_is_what_onnx_serializes():
+    """Packed 4- and 2-bit types round up to whole bytes; strings and negative dims have no count."""
+    import numpy as np
+
+    for dtype, dims in ((onnx.TensorProto.FLOAT, [3, 5]), (onnx.TensorProto.FLOAT16, [7]), (onnx.TensorProto.INT8, [])):
+        array = np.zeros(dims, onnx.helper.tensor_dtype_to_np_dtype(dtype))
+        tensor = onnx.numpy_helper.from_array(array)
+        assert onnx_light.byte_count(tensor) == len(tensor.raw_data)
+    assert onnx_light.byte_count(onnx.helper.make_tensor("q", onnx.TensorProto.UINT4, [3], [1, 2, 3])) == 2
+    assert onnx_light.byte_count(onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [1], [b"x"])) is None
+    negative = onnx.TensorProto(data_type=onnx.TensorProto.FLOAT, dims=[-1, 4])
+    assert onnx_light.byte_count(negative) is None
+
 def _facts(proto) -> dict:
     graph = proto.graph
     return {
