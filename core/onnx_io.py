@@ -176,13 +176,14 @@ def all_tensors(graph: onnx.GraphProto):
 
 
 def load(path: str | os.PathLike, in_memory: bool = False) -> ir.Model:
-    """Load `path` (a file or stage folder) as an onnx-ir model, checked by `read_proto`.
+    """Load `path` (a file or stage folder) as an onnx-ir model, checked first as `read_proto` checks (through
+    `read_light`: the checks need no second full parse of the file by the onnx package).
 
     External weights stay memory-mapped unless `in_memory` (needed when the model is serialised away
     from its folder). Nodes are sorted topologically (passes clone graphs, which needs that order).
     """
     path = model_path(path)
-    read_proto(path)
+    read_light(path)
     collect_for(path)
     ir = _ir()
     try:
