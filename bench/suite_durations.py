@@ -7,6 +7,9 @@ summed, and the machine) go into bench/results/test-durations.json under "runs" 
 bench/results/test-durations.md is written anew from every label there, in the order they were added.
 
 With pytest-xdist the per-test seconds are each worker's own: their sum is more than the wall time.
+
+`--builds CACHE/made.tsv` (tests/builds.py writes a line per build it makes) adds the seconds the run spent making
+its builds, summed per label (each build's own making, its parents excluded): where a cold run's setup time goes.
 """
 
 import json
@@ -45,6 +48,19 @@ def parse(text: str) -> dict:
             "phases_total_s": round(sum(p[0] for p in phases), 1)}
 
 
+def builds(text: str) -> dict:
+    """{label: [count, seconds]} from made.tsv's lines "label<TAB>folder<TAB>seconds<TAB>pid", most seconds first."""
+    found = defaultdict(lambda: [0, 0.0])
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split("\t")
+        try:
+            found[fields[0]][0] += 1
+            found[fields[0]][1] += float(fields[2])
+        except (IndexError, ValueError):
+            raise UsageError(f"line {number} of the builds file is not label, folder, seconds, pid: {line[:80]!r}") from None
+    return {label: [n, round(s, 1)] for label, (n, s) in sorted(found.items(), key=lambda kv: -kv[1][1])}
+
+
 def markdown(runs: dict) -> str:
     lines = ["# Test-suite durations", "",
              "Written by `python -m bench.suite_durations LOG --label LABEL` from a pytest log with `--durations=0`.",
@@ -59,6 +75,11 @@ def markdown(runs: dict) -> str:
         lines += [f"| {s:.1f} | {phase} | `{file}::{test}` |" for s, phase, file, test in run["slowest"]]
         lines += ["", "### Seconds per file (setup + call + teardown)", "", "| file | s |", "|---|---:|"]
         lines += [f"| `{file}` | {s:.1f} |" for file, s in run["per_file"].items()]
+        if run.get("builds"):
+            total = sum(s for _, s in run["builds"].values())
+            lines += ["", f"### Builds made ({total:.0f} s in all, each build's own making, parents excluded)", "",
+                      "| build | made | s |", "|---|---:|---:|"]
+            lines += [f"| {label} | {n} | {s:.1f} |" for label, (n, s) in run["builds"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -68,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", required=True, help="the run's name in the tables (before, after, ...)")
     parser.add_argument("--command", default="", help="the command that made the log, for the record")
     parser.add_argument("--note", default="", help="one line beside the run (cache state, workers, ...)")
+    parser.add_argument("--builds", type=Path, help="the run's CACHE/made.tsv (tests/builds.py), for seconds per build")
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
@@ -76,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"{args.log} is not a file")
         run = parse(args.log.read_text(errors="replace"))
         run.update(machine=describe(machine()), command=args.command, note=args.note)
+        if args.builds:
+            if not args.builds.is_file():
+                raise UsageError(f"{args.builds} is not a file")
+            run["builds"] = builds(args.builds.read_text(errors="replace"))
         store = args.results / "test-durations.json"
         result = json.loads(store.read_text()) if store.is_file() else {"runs": {}}
         result["runs"][args.label] = run

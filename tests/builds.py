@@ -10,7 +10,9 @@ the keys of its parents. `path(recipe)` returns `CACHE/<label>-<key>/`, made on 
 - in a folder beside it, renamed into place only when the command succeeded (a failed build leaves nothing);
 - under an exclusive file lock per key, so two pytest-xdist workers (or two runs) wait for one build;
 - with a manifest of its files' sha256 beside it; a later use that finds a file changed (a test wrote into a cached build)
-  re-makes it instead of handing out what another test left.
+  re-makes it instead of handing out what another test left;
+- with a line in `CACHE/made.tsv` per build made (label, key, seconds of its own making, parents excluded, and the
+  worker's pid): what each build costs a run from an empty cache (`bench.suite_durations --builds`).
 
 CACHE is `$VLM_TEST_CACHE`, else `.cache/test-builds/` in the checkout (outside build/ and dist/; git ignores it).
 Deleting it is always safe. Builds are read-only for tests: a test that writes beside one copies it first.
@@ -25,6 +27,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -134,9 +137,13 @@ def path(recipe: Recipe) -> Path:
         work = root / f"{folder.name}.partial-{os.getpid()}"  # made by recipe.make, as a command makes --out
         shutil.rmtree(work, ignore_errors=True)
         try:
-            recipe.make(work, [path(parent) for parent in recipe.parents])  # locks taken child first: no cycle
+            parents = [path(parent) for parent in recipe.parents]  # locks taken child first: no cycle
+            started = time.monotonic()
+            recipe.make(work, parents)
             manifest.write_text(json.dumps(_manifest(work), indent=1))
             work.rename(folder)
+            with open(root / "made.tsv", "a") as made:  # one short line per write: workers' lines do not interleave
+                made.write(f"{recipe.label}\t{folder.name}\t{time.monotonic() - started:.1f}\t{os.getpid()}\n")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     _CHECKED.add(folder)

@@ -39,3 +39,16 @@ def test_a_log_without_durations_is_one_error_line(tmp_path, capsys):
     log.write_text("1 passed in 1.00s\n")
     assert suite_durations.main([str(log), "--label", "x", "--results", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().startswith("error: the log holds no pytest summary line")
+
+
+def test_builds_file_is_summed_per_label(tmp_path, capsys):
+    log, made = tmp_path / "log", tmp_path / "made.tsv"
+    log.write_text(LOG)
+    made.write_text("export\texport-aa\t30.0\t11\nint8\tint8-bb\t5.5\t12\nexport\texport-cc\t12.5\t12\n")
+    assert suite_durations.builds(made.read_text()) == {"export": [2, 42.5], "int8": [1, 5.5]}
+    assert suite_durations.main([str(log), "--label", "x", "--builds", str(made), "--results", str(tmp_path)]) == 0
+    page = (tmp_path / "test-durations.md").read_text()
+    assert "### Builds made (48 s in all" in page and "| export | 2 | 42.5 |" in page
+    made.write_text("export only\n")
+    assert suite_durations.main([str(log), "--label", "x", "--builds", str(made), "--results", str(tmp_path)]) == 2
+    assert "line 1 of the builds file" in capsys.readouterr().err
