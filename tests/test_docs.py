@@ -3,20 +3,19 @@ and its shipped-variants table is what `python -m bench.shipped` makes of the co
 
 - every relative link in README.md and docs/*.md names an existing file, and a `#anchor` names a heading of
   the target (GitHub's slugs);
-- every `python -m MODULE [SUBCOMMAND]` quoted there accepts `--help` (exit 0), run once per unique pair with
-  this interpreter from the repository root (a SUBCOMMAND is only looked for after a package with a
+- every `python -m MODULE [SUBCOMMAND]` quoted there accepts `--help` (exit 0), run once per unique pair as
+  `python -m` runs it, all pairs in one interpreter from the repository root (tests/help_runner.py) (a SUBCOMMAND is only looked for after a package with a
   `__main__.py`: `python -m surgery debake`, not `python -m runtime.sample_photos photos`);
 - README.md is at most README_MAX_BYTES and every page of DOC_PAGES exists.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -142,29 +141,23 @@ COMMANDS = commands()
 
 
 @pytest.fixture(scope="module")
-def help_runs() -> dict[tuple[str, str | None], subprocess.CompletedProcess]:
-    """`python -m MODULE [SUB] --help` for every quoted command, from the repository root, run
-    concurrently (each a fresh interpreter: most of the time is imports)."""
-    pairs = list(COMMANDS)
-
-    def run(pair):
-        module, sub = pair
-        try:
-            return subprocess.run([sys.executable, "-m", module, *([sub] if sub else []), "--help"], cwd=ROOT,
-                                  capture_output=True, check=False, text=True, timeout=HELP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess([module, sub], -1, "", f"timed out after {HELP_TIMEOUT_S} s")
-
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip(pairs, pool.map(run, pairs)))
+def help_runs() -> dict[tuple[str, str | None], dict]:
+    """{pair: {code, stdout, stderr}} of `python -m MODULE [SUB] --help` for every quoted command, each run as
+    `python -m` runs it, all in one fresh interpreter from the repository root (tests/help_runner.py: sixty
+    interpreters importing the same libraries cost a minute of both cores)."""
+    names = {f"{module}:{sub}" if sub else module: (module, sub) for module, sub in COMMANDS}
+    done = subprocess.run([sys.executable, "-m", "tests.help_runner", *names], cwd=ROOT, capture_output=True,
+                          check=False, text=True, timeout=HELP_TIMEOUT_S)
+    assert done.returncode == 0 and done.stdout.strip(), f"tests/help_runner.py failed: {done.stderr[-2000:]}"
+    return {names[name]: result for name, result in json.loads(done.stdout.splitlines()[-1]).items()}
 
 
 @pytest.mark.parametrize("pair", COMMANDS, ids=lambda p: " ".join(x for x in p if x))
 def test_quoted_command_accepts_help(pair, help_runs):
     done = help_runs[pair]
     command = " ".join(["python -m", *(x for x in pair if x), "--help"])
-    assert done.returncode == 0, f"`{command}` exits {done.returncode}: {done.stderr.strip()[-500:]}"
-    assert "usage:" in done.stdout, f"`{command}` printed no usage"
+    assert done["code"] == 0, f"`{command}` exits {done['code']}: {done['stderr'].strip()[-500:]}"
+    assert "usage:" in done["stdout"], f"`{command}` printed no usage"
 
 
 def test_shipped_table_is_what_the_results_give(tmp_path):
