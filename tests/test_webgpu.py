@@ -81,11 +81,30 @@ def test_wrong_webgpu_attention_fails_the_canary(monkeypatch, tmp_path):
     assert min(canary["float32"]["max_abs"].values()) > 100 * webgpu.CANARY_TOLERANCE["float32"]
 
 
+def cpu_worker(home: Path, model: Path, inputs: Path, out: Path, timeout: float) -> dict:
+    """`webgpu.run_worker`'s stand-in where the test is the check's own logic, not the GPU: the worker's code
+    (runtime/webgpu_worker.py) run in this process on ONNX Runtime's CPU EP, its JSON record returned."""
+    import contextlib
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location("webgpu_worker_on_cpu", webgpu.WORKER)
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    worker.PROVIDERS = ["CPUExecutionProvider"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert worker.main([str(model), str(inputs), str(out)]) == 0
+    return json.loads(printed.getvalue().splitlines()[-1])
+
+
 def test_a_failing_canary_fails_the_check(every_variant_packages, monkeypatch, capsys):
-    """The canary's verdict reaches the exit code and the one line, even when every variant passes."""
+    """The canary's verdict reaches the exit code and the one line, even when every variant passes (the variant run
+    by the worker's code on the CPU EP: the verdict's path is under test here, lavapipe is in the report tests)."""
     home = installed_home()
     wrong = {"float32": {"ok": False, "max_abs": {16: 0.43}, "tolerance": 1e-4, "on_cpu": {}}}
     monkeypatch.setattr(webgpu, "attention_canary", lambda *args, **kwargs: wrong)
+    monkeypatch.setattr(webgpu, "run_worker", cpu_worker)
     capsys.readouterr()
     assert runtime_cli.main(["webgpu-check", str(every_variant_packages["phi-4-mm"]), "--webgpu", str(home),
                              "--variant", "fp32", "--threads", "1"]) == 1
