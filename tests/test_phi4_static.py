@@ -21,6 +21,7 @@ from tests.conftest import export_phi4_tiny, single_error
 SIZE, IMAGE = "600x250", [[250, 600]]  # 1 x 2 HD crops + the global one; 27 of 32 patch rows real
 STATIC = builds.export("phi-4-mm-tiny", "--static", SIZE)
 STATIC_QNN = builds.stage(STATIC, "qnn")
+STATIC_FP16 = builds.stage(STATIC, "fp16", "--outliers", "off")
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +82,11 @@ def static_qnn():
 
 @needs_qnn
 @pytest.mark.parametrize("stage", ["qnn", "fp16"])
-def test_every_node_on_the_htp(static, static_qnn, tmp_path, capsys, stage):
-    """quantize qnn and quantize fp16, then npu-check."""
-    from quantize import __main__ as quantize_cli
+def test_every_node_on_the_htp(static_qnn, tmp_path, capsys, stage):
+    """quantize qnn and quantize fp16 (`--outliers off`) of the static export (builds.stage), then npu-check."""
     from runtime import __main__ as runtime_cli
 
-    variant = static_qnn
-    if stage == "fp16":
-        variant = tmp_path / stage
-        assert quantize_cli.main([stage, str(static), str(variant), "--threads", "1", "--outliers", "off"]) == 0
+    variant = static_qnn if stage == "qnn" else builds.path(STATIC_FP16)
     report = tmp_path / "npu.json"
     code = runtime_cli.main(["npu-check", str(variant), "--json", str(report), "--context-dir", str(tmp_path / "ctx")])
     out, err = capsys.readouterr()
