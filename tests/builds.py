@@ -357,6 +357,40 @@ def fuzz_seeds() -> Recipe:
                   parents=(*exports.values(), *packages.values()))
 
 
+def random_checkpoint(family: str) -> Recipe:
+    """`python -m builders.random_checkpoint --family FAMILY` (tiny, seed 0): a whole VLM's save_pretrained folder
+    with a tokenizer and preprocessor_config.json. Its own build, so that what is exported from it records a path
+    that stays (a build made in a folder renamed afterwards would record the folder it was made in)."""
+    def make(out: Path, _parents: list[Path]) -> None:
+        from builders import random_checkpoint as checkpoint
+
+        checkpoint.write(out, family=family)
+
+    return Recipe("checkpoint", ("builders.random_checkpoint",), (family,), make)
+
+
+def genai(family: str) -> Recipe:
+    """`release genai` from `random_checkpoint(family)`: build/export/ (its export: `--model qwen3-vl-tiny` for
+    Qwen3-VL, the family read from the checkpoint for the others), photos/ (runtime/sample_photos.py) and pkg/ (the
+    onnxruntime-genai package). The checkpoint is the recipe's parent (`parents[0]`)."""
+    def make(out: Path, parents: list[Path]) -> None:
+        from builders import vision
+        from release import __main__ as release_cli
+        from runtime import sample_photos
+
+        out.mkdir()
+        model = ["--model", "qwen3-vl-tiny"] if family == "qwen3-vl" else []
+        _ok(vision.main([*model, "--checkpoint", str(parents[0]), "--out", str(out / "build" / "export")]),
+            f"export of the {family} checkpoint")
+        sample_photos.write(out / "photos")
+        _ok(release_cli.main(["genai", str(out / "build"), "--checkpoint", str(parents[0]), "--out",
+                              str(out / "pkg")]), f"release genai of {family}")
+
+    files = _config_files("qwen3-vl-tiny") if family == "qwen3-vl" else ("configs/aliases.yaml",)
+    return Recipe("genai", ("builders.vision", "runtime.sample_photos", "release.__main__"), (family,), make, files,
+                  parents=(random_checkpoint(family),))
+
+
 def transformers_js_node() -> Recipe:
     """`npm ci --ignore-scripts` of tools/node (transformers.js 4.3.1 and onnxruntime-node, pinned by its
     lockfile): the folder with node_modules/, the driver scripts and browser/ (the page `run_browser` serves,

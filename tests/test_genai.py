@@ -22,11 +22,11 @@ import onnx
 import pytest
 import torch
 
-from builders import deepstack_effect, genai_parity, random_checkpoint, vision
+from builders import deepstack_effect, genai_parity
 from families import FAMILIES
 from release import __main__ as release_cli
 from release import genai_checkpoint, genai_config, genai_embedding
-from runtime import sample_photos
+from tests import builds
 from tests.conftest import single_error, snapshot
 
 TOLERANCE = 1e-3  # max abs difference of logits (issue 18)
@@ -36,16 +36,12 @@ LEVEL = 2 / 255
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """The checkpoint, BUILD (its export stage), the sample photos and the genai package, made once."""
-    root = tmp_path_factory.mktemp("genai")
-    ckpt = random_checkpoint.write(root / "ckpt")
-    assert vision.main(["--model", "qwen3-vl-tiny", "--checkpoint", str(ckpt), "--out", str(root / "build" / "export")]
-                       ) == 0
-    sample_photos.write(root / "photos")
-    pkg = root / "pkg"
-    assert release_cli.main(["genai", str(root / "build"), "--checkpoint", str(ckpt), "--out", str(pkg)]) == 0
-    return SimpleNamespace(root=root, ckpt=ckpt, build=root / "build", pkg=pkg, photos=root / "photos")
+def made():
+    """The checkpoint (builds.random_checkpoint), BUILD (its export stage), the sample photos and the genai package
+    (builds.genai). Read-only."""
+    root = builds.path(builds.genai("qwen3-vl"))
+    return SimpleNamespace(root=root, ckpt=builds.path(builds.random_checkpoint("qwen3-vl")), build=root / "build",
+                           pkg=root / "pkg", photos=root / "photos")
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +203,7 @@ def _bad_inputs(made, tmp: Path) -> dict:
 
 def test_bad_input_is_one_line_exit_2_and_nothing_written(made, tmp_path, capsys):
     cases = _bad_inputs(made, tmp_path / "inputs")
-    before = snapshot(made.root)
+    before = snapshot(made.root), snapshot(made.ckpt)
     for case, (argv, words, *build) in cases.items():
         out = tmp_path / "out" / case.replace(" ", "-")
         code = release_cli.main(["genai", str(build[0] if build else made.build), *map(str, argv), "--out", str(out)])
@@ -216,7 +212,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(made, tmp_path, capsys
         assert all(word in line for word in words), (case, line)
         assert not out.exists(), case
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
-    assert snapshot(made.root) == before
+    assert (snapshot(made.root), snapshot(made.ckpt)) == before
 
 
 def test_a_builder_failure_leaves_nothing(made, tmp_path, capsys):
@@ -273,17 +269,11 @@ def test_processor_config_carries_the_processor_settings():
 
 # ---------------------------------------------------------------- Qwen2.5-VL and Qwen3.5 (issue 26)
 @pytest.fixture(scope="module", params=["qwen2.5-vl", "qwen3.5"])
-def made_other(request, tmp_path_factory):
+def made_other(request):
     """A tiny random checkpoint of the family (builders/random_checkpoint.py --family), its export (the family
-    read from the checkpoint) and its genai package, made once per family."""
-    family = request.param
-    root = tmp_path_factory.mktemp(f"genai-{family}")
-    ckpt = random_checkpoint.write(root / "ckpt", family=family)
-    assert vision.main(["--checkpoint", str(ckpt), "--out", str(root / "build" / "export")]) == 0
-    sample_photos.write(root / "photos")
-    pkg = root / "pkg"
-    assert release_cli.main(["genai", str(root / "build"), "--checkpoint", str(ckpt), "--out", str(pkg)]) == 0
-    return SimpleNamespace(family=family, ckpt=ckpt, pkg=pkg, photos=root / "photos",
+    read from the checkpoint) and its genai package (builds.genai). Read-only."""
+    root, ckpt = builds.path(builds.genai(request.param)), builds.path(builds.random_checkpoint(request.param))
+    return SimpleNamespace(family=request.param, ckpt=ckpt, pkg=root / "pkg", photos=root / "photos",
                            model=genai_parity.load_model(ckpt))
 
 
