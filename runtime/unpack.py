@@ -192,10 +192,11 @@ def check_recorded(folder: Path, path: Path, digest: str | None = None) -> None:
     if not sums.is_file():
         return
     relative = path.relative_to(folder).as_posix()
-    recorded = {line.split("  ", 1)[1]: line.split("  ", 1)[0]
-                for line in sums.read_text(errors="replace").splitlines() if "  " in line}
-    actual = digest or sha256(path) if relative in recorded else None
-    if actual is not None and recorded[relative] != actual:
+    recorded = dict(line.split("  ", 1)[::-1] for line in sums.read_text(errors="replace").splitlines() if "  " in line)
+    if relative not in recorded:
+        return
+    actual = digest or sha256(path)
+    if recorded[relative] != actual:
         raise UsageError(f"{path} is not the file the package recorded (sha256 {actual}, {SUMS} records "
                          f"{recorded[relative]}): the package is corrupt or was edited; `python -m runtime verify "
                          f"{folder}` says more")
