@@ -11,7 +11,7 @@ the keys of its parents. `path(recipe)` returns `CACHE/<label>-<key>/`, made on 
 - under an exclusive file lock per key, so two pytest-xdist workers (or two runs) wait for one build;
 - with a manifest of its files' sha256 beside it; a later use that finds a file changed (a test wrote into a cached build)
   re-makes it instead of handing out what another test left;
-- with a line in `CACHE/made.tsv` per build made (label, key, seconds of its own making, parents excluded, and the
+- with a line in `CACHE/made.tsv` per build made (label, folder, seconds of its own making, parents excluded, and the
   worker's pid): what each build costs a run from an empty cache (`bench.suite_durations --builds`).
 
 CACHE is `$VLM_TEST_CACHE`, else `.cache/test-builds/` in the checkout (outside build/ and dist/; git ignores it).
