@@ -10,12 +10,12 @@ DYNAMO ?=
 # Runtime's (they fuse its contrib ops), so they do not run.
 OPS ?=
 FP16 ?=
-# OV_INT8=1: also the OpenVINO INT8 variant (`python -m quantize ov-int8`: NNCF, OpenVINO IR, the package's
-# openvino/vision_encoder_int8.xml; docs/runtime-openvino.md). Opt-in: at published dims only Qwen3-VL-2B's meets
-# the floor on held-out photos that `--engine auto` asks for (Qwen3.5 0.99789, Qwen2-VL 0.9979955: their packages
-# would carry 550-740 MiB the default never runs; docs/quantization.md), and on the AVX2-only CPU it was measured on
-# it is no faster than fp32 (bench/results/ov-int8-form.md); where a package ships it, `--engine auto` takes it on
-# AVX-512 BF16 CPUs, with AMX or without (bench/results/cpu-race-amx.md, bench/results/cpu-race-avx512-bf16.md).
+# The OpenVINO INT8 variant (`python -m quantize ov-int8`: NNCF, OpenVINO IR, the package's
+# openvino/vision_encoder_int8.xml; docs/runtime-openvino.md) is built for the families that ship it by default
+# (`--if-shipped`: families/shipping.py `Shipping.ov_int8`, Qwen3-VL: the variant `--engine auto` runs first on
+# AVX-512 BF16 CPUs, with AMX or without, bench/results/cpu-race-amx.md, bench/results/cpu-race-avx512-bf16.md).
+# OV_INT8=1 builds it for every family (at published dims the others miss the floor on held-out photos that
+# `--engine auto` asks for: Qwen3.5 0.99789, Qwen2-VL 0.9979955; docs/quantization.md); OV_INT8=0 skips it.
 OV_INT8 ?=
 # STATIC=WxH[,WxH...]: static specializations for NPUs instead of the dynamic pipeline (docs/npu.md): per size,
 # build/MODEL/static-WxH/export (builders.vision --static), .../qnn (A16W8 QDQ) and .../fp16 (HTP fp16 precision).
@@ -97,7 +97,8 @@ else
 	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(int4_flags)
 	$(if $(FP16),$(PY) -m quantize fp16 $(BUILD)/optimized $(BUILD)/fp16)
 	$(if $(FP16),$(PY) -m quantize q4f16 $(BUILD)/optimized $(BUILD)/q4f16)
-	$(if $(OV_INT8),$(PY) -m quantize ov-int8 $(BUILD)/optimized $(BUILD)/ov-int8 $(ov_int8_flags))
+	$(if $(filter 0,$(OV_INT8)),,$(PY) -m quantize ov-int8 $(BUILD)/optimized $(BUILD)/ov-int8 $(ov_int8_flags) \
+		$(if $(filter 1,$(OV_INT8)),,--if-shipped))
 endif
 
 # Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,

@@ -5,7 +5,7 @@ The one home of: the family's tiny test config; the flags `make export` runs eac
 `python -m quantize STAGE IN OUT --shipped` reads them from IN's family, `bench.shipped`, `bench.sweep --shipped`
 and `bench.export_bench` from the model's config); the quantization sweep's family points (`int4_matmuls`,
 `int8_nbits_for`) and cases; whether and how onnxruntime-genai runs it (`genai`: a `GenaiType`, or the one-line
-reason no genai package is made).
+reason no genai package is made); whether `make export` builds the OpenVINO INT8 variant by default (`ov_int8`).
 """
 
 from __future__ import annotations
@@ -66,7 +66,10 @@ class Shipping:
     with the measurement that chose them beside the declaration; `int4_matmuls`: the sweep's INT4 mixed-precision
     points (how many of the MatMuls, the most sensitive first, go to 8 bits); `int8_nbits_for`: the sweep's extra INT8
     points, dynamic 7-bit with the MatMuls matching each pattern by MatMulNBits; `sweep_cases`: the validation cases
-    the sweep measures each point at; `genai`: its onnxruntime-genai package type, or why none is made (one line).
+    the sweep measures each point at; `genai`: its onnxruntime-genai package type, or why none is made (one line);
+    `ov_int8`: whether `make export` builds the OpenVINO INT8 variant by default (`quantize ov-int8 --if-shipped`):
+    only where `--engine auto` ranks it first and it meets the floor on held-out photos at published dims, so that the
+    package ships what its default path runs and no file the default never runs (the measurement beside it).
     """
 
     tiny_config: str
@@ -75,6 +78,7 @@ class Shipping:
     sweep_cases: tuple[str, ...]
     flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
     int8_nbits_for: tuple[str, ...] = ()
+    ov_int8: bool = False
 
     def __post_init__(self):
         unknown = set(self.flags) - set(DEFAULT_FLAGS)

@@ -3,7 +3,8 @@
 IN is a model.onnx (or a stage folder holding one); OUT is a stage folder that receives model.onnx
 (+ model.onnx.data when large) and report.json. `--shipped` (int8, int4, ov-int8): the flags the model's family
 ships the stage with (its declared `families.shipping.Shipping.flags`, what `make export` runs), found from IN's
-`family` metadata; options given beside it override them. Exit 0 on success, 1 when a pass breaks parity
+`family` metadata; options given beside it override them. `ov-int8 --if-shipped`: only where IN's family builds
+the variant by default (`Shipping.ov_int8`; `make export` without OV_INT8). Exit 0 on success, 1 when a pass breaks parity
 (OUT untouched), 2 on bad input (one line on stderr).
 """
 
@@ -14,7 +15,9 @@ from pathlib import Path
 
 from core import onnx_io
 from core.errors import Parser, main_wrapper, subject
+from core.progress import say
 from families import of_model
+from families.shipping import Shipping
 from quantize import fp16, int4, int8, optimize, ov_int8, q4f16, qnn
 from quantize.options import StageRun, WeightChecks, add_floor_argument
 
@@ -49,6 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         sub.add_argument("--shipped", action="store_true",
                          help="start from the flags the model's family ships this stage with (what `make export` "
                               "runs; families/shipping.py); options given beside it override them")
+    ov_int8_cmd.add_argument("--if-shipped", action="store_true",
+                             help="only where IN's family builds this variant by default (what `make export` runs: "
+                                  "families/shipping.py, Shipping.ov_int8); otherwise say so, write nothing, exit 0")
     int8.Int8Options.add_arguments(int8_cmd)
     WeightChecks.add_arguments(int8_cmd, "exclude")
     int4.Int4Options.add_arguments(int4_cmd)
@@ -60,10 +66,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def shipped_flags(command: str, model: Path) -> list[str]:
-    """The flags the family of `model` (a model file or stage folder, by its `family` metadata) ships `command` with."""
+def shipping(model: Path) -> Shipping:
+    """What the family of `model` (a model file or stage folder, by its `family` metadata) ships."""
     path = onnx_io.model_path(model)
-    return of_model(onnx_io.metadata(path), path).shipping.stage_flags(command)
+    return of_model(onnx_io.metadata(path), path).shipping
+
+
+def shipped_flags(command: str, model: Path) -> list[str]:
+    """The flags the family of `model` ships `command` with."""
+    return shipping(model).stage_flags(command)
 
 
 def resolve_shipped(argv: list[str]) -> argparse.Namespace:
@@ -96,6 +107,10 @@ def main(argv: list[str] | None = None, hooks: StageRun | None = None) -> int:
         elif args.command == "q4f16":
             q4f16.run(args.input, args.out, args.int4, fp16.Fp16Options.from_args(args), context)
         elif args.command == "ov-int8":
+            if args.if_shipped and not shipping(args.input).ov_int8:
+                say(f"ov-int8: not built: {args.input}'s family does not ship it by default (families/shipping.py; "
+                    "make export OV_INT8=1 builds it)")
+                return 0
             ov_int8.run(args.input, args.out, ov_int8.OvInt8Options.from_args(args), context)
         else:
             qnn.run(args.input, args.out, context, args.min_cosine)

@@ -128,11 +128,17 @@ QWEN2_5_VL = Generation(
 # takes a variant, so the default path ran fp32; the figures with the mergers by MatMulNBits: docs/quantization.md
 # ("Qwen3-VL ships --nbits-for merger").
 # Keeping the mergers float instead would hold their 100.7 M weights in fp32 (+300 MB).
+# ov-int8 by default for Qwen3-VL only (`Shipping.ov_int8`): at published dims its ov-int8 meets the 0.998 floor on
+# held-out photos (0.99816; AMD EPYC Zen 4, 2026-11-27) and `--engine auto` runs it first on AVX-512 BF16 CPUs, with
+# AMX or without (runtime/path_choice.py). Qwen3.5 (0.99789) and Qwen2-VL-2B (0.9979955) miss that floor on photos,
+# Qwen2.5-VL-3B's stress search did not finish in 49 minutes, Phi-4-multimodal's in 8-minute trials (its INT8 misses
+# the floor on photos too, 0.99786): their packages would carry 550-740 MiB the default never runs
+# (docs/quantization.md); `make export OV_INT8=1` builds it for them.
 QWEN3_VL = Generation(
     family="qwen3-vl", title="Qwen3-VL vision encoder", model_type="qwen3_vl", processor=_QWEN3, deepstack=True,
     shipping=Shipping(tiny_config="qwen3-vl-tiny", int4_matmuls=(24, 48, 72, 96), sweep_cases=_SWEEP_CASES,
                       flags={"int8": int8_nbits_flags("merger")}, int8_nbits_for=("merger",),
-                      genai=_GENAI_QWEN3))
+                      genai=_GENAI_QWEN3, ov_int8=True))
 # Qwen3.5's tower has Qwen3-VL's main merger and ships its INT8 the same way. At its published dims (random
 # weights, 2026-11-28, AMD EPYC Zen 4; `python -m quantize int8 build/qwen3.5/optimized OUT --shipped [--nbits-for
 # merger]`, the stage's reports) the held-out photos go from 0.99795 (every MatMul dynamic: under the floor of
