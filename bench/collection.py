@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.timing import load_average
-from core import console
-from core.machine import describe, machine
-from runtime import collection, collection_io, collection_ray, embed
 from tools.photos import SIZES, write_photos
+from vlm_vision_onnx.core import console
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.runtime import collection, collection_io, collection_ray, embed
 
 ROOT = Path(__file__).resolve().parents[1]
 #: label -> (engine, actors, threads per session)
@@ -132,7 +132,8 @@ def tree_pss_mib(root: int) -> float:
 
 def memory_point(package: Path, variant: str, inputs: Path, engine: str, batch: int, out: Path) -> dict:
     """The command in a child process: {exit, wall_s, peak_pss_mib} of its process tree."""
-    command = [sys.executable, "-m", "runtime", "embed-collection", str(package), str(inputs), str(out),
+    command = [sys.executable, "-m", "vlm_vision_onnx.runtime", "embed-collection", str(package), str(inputs),
+               str(out),
                "--variant", variant, "--scheduler", engine, "--batch", str(batch)]
     start = time.perf_counter()
     child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

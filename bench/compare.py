@@ -25,14 +25,14 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core import onnx_io, session
-from core import report as reports
-from core.errors import Parser, UsageError, main_wrapper
-from core.machine import describe, machine
-from core.parity import worst
-from core.progress import say
-from families import FAMILIES, family
-from release.variants import ALWAYS
+from vlm_vision_onnx.core import onnx_io, session
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.parity import worst
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.families import FAMILIES, family
+from vlm_vision_onnx.release.variants import ALWAYS
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = [(448, 448), (1024, 1024)]

@@ -43,13 +43,13 @@ from bench.runtime_worker import second_run_profile
 from bench.runtimes import Worker
 from bench.timing import load_average, write_results
 from builders.config import load_config
-from core import cpu, onnx_io
-from core.machine import describe, machine
-from core.parity import min_token_cosine
-from core.progress import say
-from runtime import embed as runtime_embed
-from runtime import path_choice
 from tools import runtime_venv
+from vlm_vision_onnx.core import cpu, onnx_io
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.parity import min_token_cosine
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.runtime import embed as runtime_embed
+from vlm_vision_onnx.runtime import path_choice
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "cpu-race"
@@ -81,8 +81,8 @@ def peaks(threads: int) -> dict[str, float | None]:
 
 def paths(build: Path) -> dict[str, dict]:
     """label -> worker `open` command (without threads) for every path this build and machine have."""
-    from core import openvino_session
-    from core.engine import default_precision
+    from vlm_vision_onnx.core import openvino_session
+    from vlm_vision_onnx.core.engine import default_precision
 
     export = json.loads((build / "export" / "report.json").read_text())
     found = {REFERENCE: {"engine": "torch", "file": export["model"], "seed": export.get("seed", 0), "precision": "f32"},
@@ -104,7 +104,7 @@ def paths(build: Path) -> dict[str, dict]:
 def _manifest(build: Path, fam, metadata: dict) -> dict:
     """A manifest of `build` as far as `runtime.path_choice` reads one: fp32, and int8 / ov-int8 where built, with
     their stage reports' accuracy and measured image sizes."""
-    from runtime import path_choice
+    from vlm_vision_onnx.runtime import path_choice
 
     variants = [{"name": "fp32", "file": "onnx/vision_encoder.onnx"}]
     for stage, name in (("int8", "int8"), ("ov-int8", "ov-int8")):
@@ -123,8 +123,8 @@ def _manifest(build: Path, fam, metadata: dict) -> dict:
 def default_paths(build: Path, case_feeds: dict[str, dict]) -> dict[str, tuple[str, str]]:
     """{case: (label, line)}: what `runtime embed` runs on this machine for a package of `build` at each case's
     largest image (`Family.layout_pixels`), as a race label, and its path line."""
-    from families import of_model
-    from runtime import path_choice
+    from vlm_vision_onnx.families import of_model
+    from vlm_vision_onnx.runtime import path_choice
 
     metadata = onnx_io.metadata(build / "optimized" / "model.onnx")
     fam = of_model(metadata, str(build))
@@ -144,8 +144,8 @@ def cases(model: Path, sizes: list[int], video: int, processor: Path | None = No
           photo: str = PHOTO) -> dict[str, dict[str, np.ndarray]]:
     """{case: feeds}: `photo` (scikit-image's) at each size through the processor of `model` (the one its release
     package will hold, or the folder `processor`), then a `video`-frame 448^2 video."""
-    from families import of_model
     from quantize import calibration
+    from vlm_vision_onnx.families import of_model
 
     found = {}
     for size in sizes:
@@ -219,7 +219,7 @@ def race(build: Path, case_feeds: dict, threads: int, reps: int, tmp: Path, only
                     results["profile"][label] = worker.ask(profile=label, feeds=str(feed_file))["ops"][:10]
                 except RuntimeError as err:
                     results["profile"][label] = str(err)
-        from core import openvino_session
+        from vlm_vision_onnx.core import openvino_session
 
         vision = load_config(paths(build)[REFERENCE]["file"]).vision
         results["attention_profile"] = {
@@ -288,8 +288,8 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
     if not weights.exists():
         subprocess.run([sys.executable, "-m", "bench.cpu_race_torch", "save", config, str(seed), str(weights)],
                        check=True, cwd=ROOT)
-    embed = [str(python), "-m", "runtime", "embed", *photos, "--package", str(package.resolve()), "--out",
-             str(tmp / "embed.npz"), "--threads", str(threads), "--force"]
+    embed = [str(python), "-m", "vlm_vision_onnx.runtime", "embed", *photos, "--package", str(package.resolve()),
+             "--out", str(tmp / "embed.npz"), "--threads", str(threads), "--force"]
     venv_env = runtime_venv.environment()
     also = embed_also(json.loads((package / "manifest.json").read_text()), size)
     commands = {  # (command, working folder, environment)

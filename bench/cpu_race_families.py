@@ -21,9 +21,9 @@ from pathlib import Path
 
 from bench import cpu_race
 from bench.timing import load_average, write_results
-from core import cpu
-from core.machine import describe, machine
-from core.progress import say
+from vlm_vision_onnx.core import cpu
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.progress import say
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "cpu-race-families"

@@ -12,7 +12,7 @@ time goes to stderr as `[torch] STAGE: S s` (`core.progress.step`; STAGE: import
 
 import sys
 
-from core.progress import step
+from vlm_vision_onnx.core.progress import step
 
 TAG = "torch"
 

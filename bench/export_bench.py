@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from bench import shipped
-from core.machine import describe, machine
+from vlm_vision_onnx.core.machine import describe, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The memory target of every stage: peak RSS at most this many times the fp32 model's size.

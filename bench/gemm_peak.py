@@ -64,7 +64,7 @@ def measure_torch(threads: list[int], size: int = 2048, reps: int = 5) -> dict:
 if __name__ == "__main__":
     import json
 
-    from core.errors import Parser
+    from vlm_vision_onnx.core.errors import Parser
 
     Parser(prog="python -m bench.gemm_peak", description="Measure this machine's fp32 GEMM peak (GFLOP/s) in "
            "ONNX Runtime and torch at 1 and 2 threads; prints JSON.").parse_args()

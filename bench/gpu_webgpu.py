@@ -50,11 +50,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core import onnx_io, staging
-from core.errors import UsageError
-from core.parity import min_token_cosine
-from core.progress import say
 from tools import weightless
+from vlm_vision_onnx.core import onnx_io, staging
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.parity import min_token_cosine
+from vlm_vision_onnx.core.progress import say
 
 TAG = "gpu-webgpu"
 #: The `stage` of the folder `prepare` writes (core.staging: what it may replace).
@@ -353,7 +353,7 @@ def run(folder: Path, out: Path, home: Path | None, reps: int, sizes: list[int],
     folder (the same model built before a change) whose fp16 and q4f16 race beside these, labelled "(baseline)".
     `work`: where the rebuilt models go (gigabytes at 2B dims)."""
     from bench.cpu_race import cases
-    from runtime import webgpu
+    from vlm_vision_onnx.runtime import webgpu
 
     models_dir = work / "models"
     prepared = json.loads((folder / "prepared.json").read_text())

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.timing import stage_model
-from core import parity
-from core.machine import describe, machine
-from core.session import open_session
-from families import QWEN3_VL, validation
+from vlm_vision_onnx.core import parity
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import QWEN3_VL, validation
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

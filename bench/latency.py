@@ -27,11 +27,11 @@ from bench import flops, gemm_peak, latency_report
 from bench.timing import grid_for, interleaved, load_average, pixels
 from builders.config import load_config
 from builders.qwen_vl.model import build_random
-from core.machine import machine
-from core.session import open_session
 from quantize import optimize as optimize_stage
 from quantize.options import StageRun
-from release.variants import QUANTIZED  # the quantized stages every `make export` builds
+from vlm_vision_onnx.core.machine import machine
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.release.variants import QUANTIZED  # the quantized stages every `make export` builds
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

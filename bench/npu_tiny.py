@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.machine import describe, machine
+from vlm_vision_onnx.core.machine import describe, machine
 
 DEFAULT = ("qwen2-vl-tiny:84x56", "qwen2.5-vl-tiny:196x140", "qwen3-vl-tiny:96x64", "qwen3.5-tiny:96x64")
 RESULTS = Path(__file__).parent / "results"
@@ -37,7 +37,7 @@ def measure(model: str, size: str, work: Path) -> dict:
            "qnn_cpu_photos": json.loads((root / "qnn" / "report.json").read_text())["min_token_cosine"]}
     for stage in ("export", "fp16", "qnn"):
         report = root / f"npu-{stage}.json"
-        _run("runtime", "npu-check", str(root / stage), "--json", str(report))
+        _run("vlm_vision_onnx.runtime", "npu-check", str(root / stage), "--json", str(report))
         row[stage] = json.loads(report.read_text())["npu_check"][0]
     return row
 

@@ -42,8 +42,8 @@ import numpy as np
 
 from bench.runtime_worker import second_run_profile
 from bench.timing import interleaved, write_results
-from core import cpu
-from core.machine import describe, machine
+from vlm_vision_onnx.core import cpu
+from vlm_vision_onnx.core.machine import describe, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "ov-attention"
@@ -140,7 +140,7 @@ def untransposed(model: bytes):
     (`core.openvino_attention.untranspose_keys`)."""
     import openvino
 
-    from core import openvino_attention
+    from vlm_vision_onnx.core import openvino_attention
 
     read = openvino.Core().read_model(model, b"")
     openvino_attention.untranspose_keys(read)
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, threads, reps, width, *labels = args.child
         print(json.dumps(openvino_runs(int(rows), "bf16", int(threads), int(reps), labels, int(width))))
         return 0
-    from core import openvino_session
+    from vlm_vision_onnx.core import openvino_session
 
     precisions = ("f32", "bf16") if openvino_session.bf16_supported() else ("f32",)
     result = {"command": "python -m bench.ov_attention_kernels " + " ".join(argv if argv is not None else sys.argv[1:]),

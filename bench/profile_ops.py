@@ -25,12 +25,12 @@ from pathlib import Path
 import onnxruntime as ort
 
 from bench.timing import TIMING_PHOTO, interleaved, load_average, photo_feed, shown, write_results
-from core.errors import Parser, UsageError, main_wrapper
-from core.machine import describe, machine
-from core.progress import say
-from core.session import ORT_ERRORS, open_session, ort_error_line
-from release.variants import ALWAYS
-from runtime.smoke import integer_values
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.core.session import ORT_ERRORS, open_session, ort_error_line
+from vlm_vision_onnx.release.variants import ALWAYS
+from vlm_vision_onnx.runtime.smoke import integer_values
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "profile-ops"

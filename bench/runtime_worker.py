@@ -85,7 +85,7 @@ def _profile(sessions: dict, label: str, feeds: dict) -> list[dict]:
 
     import openvino
 
-    from core import openvino_session
+    from vlm_vision_onnx.core import openvino_session
 
     sess = sessions.pop(label)
     path, precision, threads = sess.path, sess.precision, getattr(sess, "threads", None)
@@ -133,14 +133,14 @@ def _open(command: dict):
     if command["engine"] == "openvino":
         import openvino
 
-        from core.openvino_session import OpenVINOSession
+        from vlm_vision_onnx.core.openvino_session import OpenVINOSession
 
         sess = OpenVINOSession(command["file"], command.get("threads"), command.get("precision") or "f32")
         sess.threads = command.get("threads")
         return sess, openvino.__version__
     import onnxruntime
 
-    from core import session
+    from vlm_vision_onnx.core import session
 
     return session.open_session(command["file"], command.get("threads")), onnxruntime.__version__
 

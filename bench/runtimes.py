@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from bench.timing import grid_for, load_average, patch_of, pixels, write_results
-from core import onnx_io
-from core.machine import describe, machine
-from core.parity import min_token_cosine
-from core.progress import say
-from release.variants import ALWAYS
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.parity import min_token_cosine
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.release.variants import ALWAYS
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "runtimes"
@@ -163,8 +163,8 @@ def reference_point(worker: Worker, standard: Path, feeds: Path, tmp: Path) -> d
 
 def accuracy_at_validation_layouts(worker: Worker, fp32: Path, tmp: Path) -> list[dict]:
     """OpenVINO f32 and bf16 against ORT fp32 at every validation layout of the fp32 stage's report."""
-    from families import of_model
-    from families import validation as layouts_mod
+    from vlm_vision_onnx.families import of_model
+    from vlm_vision_onnx.families import validation as layouts_mod
 
     metadata = onnx_io.metadata(fp32)
     family = of_model(metadata, fp32)

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.timing import PATCH_DIM, grid_for, load_average, patch_of
-from core import onnx_io
-from core.machine import describe, machine
-from release.variants import QUANTIZED
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.release.variants import QUANTIZED
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

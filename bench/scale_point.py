@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from bench.timing import pixels
-from core import onnx_io
-from core.report import peak_rss_mib
-from core.session import ORT_ERRORS, open_session
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.report import peak_rss_mib
+from vlm_vision_onnx.core.session import ORT_ERRORS, open_session
 
 
 def rss_mib() -> float:

@@ -34,7 +34,7 @@ from onnxscript.values import Opset
 
 from bench.timing import interleaved, load_average, write_results
 from builders.qwen_vl import segment_attention as seg
-from core.machine import describe, machine
+from vlm_vision_onnx.core.machine import describe, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 _msft = Opset("com.microsoft", 1)

@@ -22,9 +22,9 @@ import re
 import sys
 from pathlib import Path
 
-from core.errors import EXIT_OK, CheckFailed, Parser, UsageError, main_wrapper
-from core.machine import describe
-from release.variants import QUANTIZED, package_path
+from vlm_vision_onnx.core.errors import EXIT_OK, CheckFailed, Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.machine import describe
+from vlm_vision_onnx.release.variants import QUANTIZED, package_path
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- shipped-variants:begin -->", "<!-- shipped-variants:end -->"
@@ -48,7 +48,7 @@ def shipped_flags(model: str | None = None, config: Path | None = None) -> dict[
     """{stage: flags} `make export` runs int8 and int4 with for the model (a config name) or config file: its family's
     declared flags."""
     from builders.config import load_config
-    from families import family
+    from vlm_vision_onnx.families import family
 
     loaded = load_config(model, config)
     declared = family(loaded.family, loaded.path).shipping

@@ -25,9 +25,9 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from bench.timing import interleaved, load_average, write_results
-from core.errors import Parser, UsageError, main_wrapper
-from core.machine import describe, machine
-from core.progress import say
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.progress import say
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "skip-layer-norm"

@@ -25,11 +25,11 @@ import numpy as np
 import onnx_ir as ir
 
 from bench.timing import grid_for, pixels, stage_model
-from core import onnx_io
-from core import parity as metrics
-from core.machine import describe, machine
-from core.session import open_session
 from quantize import outlier_check, outliers, quantizers, stage
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.session import open_session
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

@@ -18,8 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.timing import write_results
-from core.errors import Parser, UsageError, main_wrapper
-from core.machine import describe, machine
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.machine import describe, machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: One line of pytest's durations table: "12.34s call     tests/test_x.py::test_y[param]".

@@ -31,13 +31,13 @@ from pathlib import Path
 
 from bench import sweep_report
 from bench.timing import interleaved, load_average, photo_feed, stage_model
-from core import onnx_io, parity
-from core.machine import machine
-from core.session import open_session
-from families import of_model
-from families.shipping import Shipping, int8_nbits_flags
-from release.variants import QUANTIZED
-from runtime import smoke
+from vlm_vision_onnx.core import onnx_io, parity
+from vlm_vision_onnx.core.machine import machine
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import of_model
+from vlm_vision_onnx.families.shipping import Shipping, int8_nbits_flags
+from vlm_vision_onnx.release.variants import QUANTIZED
+from vlm_vision_onnx.runtime import smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

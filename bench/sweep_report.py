@@ -5,8 +5,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from core.machine import describe
-from release.variants import QUANTIZED
+from vlm_vision_onnx.core.machine import describe
+from vlm_vision_onnx.release.variants import QUANTIZED
 
 COLORS = {"fp32": "tab:gray", "int8": "tab:blue", "int4": "tab:orange"}
 

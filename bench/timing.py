@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.progress import say
-from families.qwen_vl.layouts import random_pixels, smart_resize
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.families.qwen_vl.layouts import random_pixels, smart_resize
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH_DIM = 1536  # 3 channels x temporal patch 2 x 16 x 16 (Qwen3-VL, Qwen3.5; Qwen2-VL and Qwen2.5-VL: 1176)

@@ -10,10 +10,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.errors import Parser, UsageError, main_wrapper
-from core.machine import machine
-from core.progress import say
 from tools.transformers_js import NODE_DIR, compare, default_calls, install, node_missing, write_photos
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.machine import machine
+from vlm_vision_onnx.core.progress import say
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -26,8 +26,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from bench.timing import interleaved, load_average, write_results
-from core.machine import describe, machine
-from core.report import peak_rss_mib
+from vlm_vision_onnx.core.machine import describe, machine
+from vlm_vision_onnx.core.report import peak_rss_mib
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS, HEAD_DIM, WINDOW = 16, 80, 8
@@ -77,7 +77,7 @@ def sessions(threads: int) -> dict[str, object]:
     """{"form, engine": run(feed) -> out [1, N, C]} for every form on every engine this machine has."""
     import onnxruntime as ort
 
-    from core import openvino_session
+    from vlm_vision_onnx.core import openvino_session
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from core.errors import UsageError
-from core.report import read_json_object
-from families.untrusted import refuse_code
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.report import read_json_object
+from vlm_vision_onnx.families.untrusted import refuse_code
 
 INDEX = "model.safetensors.index.json"
 
@@ -197,7 +197,7 @@ def load_into(module: torch.nn.Module, state: dict, folder: Path) -> None:
 def family_of(checkpoint: str) -> tuple[str, Path]:
     """(the family a checkpoint's config.json names by its `model_type`, the checkpoint folder); UsageError when
     it names none this exporter knows (`families.MODEL_TYPES`)."""
-    from families import MODEL_TYPES
+    from vlm_vision_onnx.families import MODEL_TYPES
 
     folder, config = checkpoint_config(checkpoint, ())
     model_type = config.get("model_type")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from core.errors import UsageError
+from vlm_vision_onnx.core.errors import UsageError
 
 #: The model configs: package data of `builders` (the checkout's `configs/` is a link to this folder), so
 #: `--model NAME` resolves from an installed wheel as from the checkout.

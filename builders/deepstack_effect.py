@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from builders.genai_parity import load_model, reference_inputs, vision_outputs, without_deepstack
-from core.errors import Parser, UsageError, main_wrapper
-from core.onnx_io import write_json
-from core.parity import token_cosines
-from core.progress import say
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.onnx_io import write_json
+from vlm_vision_onnx.core.parity import token_cosines
+from vlm_vision_onnx.core.progress import say
 
 
 @torch.no_grad()

@@ -68,7 +68,7 @@ class Family(Protocol):
 
 def of_config(config: ModelConfig) -> Family:
     """The torch side of the family a config names (UsageError naming the known ones when it names none)."""
-    from families import family
+    from vlm_vision_onnx.families import family
 
     return load(family(config.family, f"config {config.path}").builder)
 

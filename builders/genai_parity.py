@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.errors import Parser, UsageError, main_wrapper
-from core.onnx_io import write_json
-from core.progress import say
-from runtime import images as image_files
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.onnx_io import write_json
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.runtime import images as image_files
 
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 PAD = "<|image_pad|>"
@@ -88,7 +88,7 @@ def reference_inputs(checkpoint: Path, paths: list[Path], text: str) -> dict[str
     tokens), pixel_values [num_patches, 1536], image_grid_thw [num_images, 3]."""
     from transformers import AutoTokenizer
 
-    from families.qwen_vl import preprocess
+    from vlm_vision_onnx.families.qwen_vl import preprocess
 
     processor = preprocess.load_processor(checkpoint)
     pixel_values, grid = preprocess.preprocess(processor, [image_files.load_rgb(p) for p in paths])
@@ -176,7 +176,7 @@ def processors(package: Path, checkpoint: Path, paths: list[Path]) -> list[dict]
     import onnxruntime_genai as og
     from PIL import Image
 
-    from families.qwen_vl import preprocess
+    from vlm_vision_onnx.families.qwen_vl import preprocess
 
     genai_processor = og.Model(str(package)).create_multimodal_processor()
     processor = preprocess.load_processor(checkpoint)

@@ -24,7 +24,7 @@ import onnx
 import onnx.inliner
 import torch
 
-from core.errors import UsageError
+from vlm_vision_onnx.core.errors import UsageError
 
 #: The torch.export path's ways of declaring the variable dims (see the module docstring).
 DYNAMIC_SHAPES = ("named", "auto")

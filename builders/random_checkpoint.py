@@ -25,11 +25,11 @@ import torch
 from transformers import Qwen2Tokenizer, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
 from builders.config import load_config
-from core.errors import Parser, UsageError, main_wrapper
-from core.progress import say
-from core.staging import add_clobber_argument, staged_folder
-from families.qwen_vl import processor_files
-from families.qwen_vl.generations import GENERATIONS
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.core.staging import add_clobber_argument, staged_folder
+from vlm_vision_onnx.families.qwen_vl import processor_files
+from vlm_vision_onnx.families.qwen_vl.generations import GENERATIONS
 
 STAGE = "random-checkpoint"
 #: Text model dimensions. `2b`: Qwen/Qwen3-VL-2B-Instruct's text_config as recalled (Qwen3-1.7B: GQA 16/8 heads

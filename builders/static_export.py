@@ -24,9 +24,9 @@ import onnxscript.optimizer
 
 from builders.config import ModelConfig
 from builders.onnx_export import IOSpec
-from core import static_graph
-from core.errors import CheckFailed, UsageError
-from families.static_size import StaticSize
+from vlm_vision_onnx.core import static_graph
+from vlm_vision_onnx.core.errors import CheckFailed, UsageError
+from vlm_vision_onnx.families.static_size import StaticSize
 
 #: Random-pixel seeds of the validation cases (offsets from --seed).
 CASE_SEEDS = (0, 1)

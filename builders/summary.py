@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from core.errors import Parser
+from vlm_vision_onnx.core.errors import Parser
 
 NOT_LAYOUT = ("case", "outputs", "ok", "error")
 

@@ -4,9 +4,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from core.errors import one_line
-from core.parity import compare
-from core.progress import say
+from vlm_vision_onnx.core.errors import one_line
+from vlm_vision_onnx.core.parity import compare
+from vlm_vision_onnx.core.progress import say
 
 
 def validate(

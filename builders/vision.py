@@ -23,12 +23,17 @@ from builders import family as family_builder
 from builders import onnx_export, static_export, validate
 from builders.checkpoint import family_of as checkpoint_family
 from builders.config import ModelConfig, load_config
-from core import onnx_io, session
-from core import report as reports
-from core.errors import CheckFailed, Parser, UsageError, main_wrapper, subject
-from core.progress import say, step
-from core.staging import add_clobber_argument, check_folder_output, keep_rejected, staged_folder
-from families.static_size import StaticSize
+from vlm_vision_onnx.core import onnx_io, session
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import CheckFailed, Parser, UsageError, main_wrapper, subject
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.staging import (
+    add_clobber_argument,
+    check_folder_output,
+    keep_rejected,
+    staged_folder,
+)
+from vlm_vision_onnx.families.static_size import StaticSize
 
 STAGE = "export"
 DEFAULT_MODEL = "qwen3-vl"

@@ -13,13 +13,13 @@ import logging
 import sys
 from pathlib import Path
 
-from core import onnx_io
-from core.errors import Parser, main_wrapper, subject
-from core.progress import say
-from families import of_model
-from families.shipping import Shipping
 from quantize import fp16, int4, int8, optimize, ov_int8, q4f16, qnn
 from quantize.options import StageRun, WeightChecks, add_floor_argument
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.errors import Parser, main_wrapper, subject
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.families import of_model
+from vlm_vision_onnx.families.shipping import Shipping
 
 #: The options object of each stage command that has one (bench.shipped resolves the shipped flags through them).
 OPTIONS = {"int8": int8.Int8Options, "int4": int4.Int4Options, "fp16": fp16.Fp16Options, "q4f16": fp16.Fp16Options,

@@ -35,11 +35,11 @@ import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
 from PIL import Image
 
-from core import onnx_io
-from core import report as reports
-from core.errors import UsageError
-from families import Family, Inputs, Metadata, family, of_model
-from runtime import sample_photos
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families import Family, Inputs, Metadata, family, of_model
+from vlm_vision_onnx.runtime import sample_photos
 
 #: Photos of skimage.data, in order: runtime.sample_photos' (camera is grayscale) and a few more shipped ones.
 PHOTOS: tuple[str, ...] = (*sample_photos.PHOTOS, "immunohistochemistry", "hubble_deep_field", "coins")
@@ -66,7 +66,7 @@ def photo(name: str) -> np.ndarray:
     array = getattr(skimage.data, name)()
     if array.ndim == 3 and array.shape[2] == 3:
         return np.ascontiguousarray(array, dtype=np.uint8)
-    from runtime.images import to_rgb  # the processors' RGB conversion
+    from vlm_vision_onnx.runtime.images import to_rgb  # the processors' RGB conversion
 
     return to_rgb(Image.fromarray(array))
 
@@ -215,7 +215,7 @@ def stage_set(model_file: str | Path) -> tuple[Callable[[], list[Inputs]], dict]
     """(feeds, what they are) of a stage: `feeds()` makes STAGE_PHOTOS at STAGE_SIZES (+ the video) for the model
     at `model_file` on first use (so that bad options and a bad OUT are refused before this work) and keeps them;
     the dict goes into the stage's report."""
-    from core.progress import step
+    from vlm_vision_onnx.core.progress import step
 
     @functools.cache
     def feeds() -> list[Inputs]:

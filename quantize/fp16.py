@@ -27,13 +27,6 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from core import cpu, onnx_io
-from core import parity as metrics
-from core import report as reports
-from core.errors import CheckFailed, UsageError
-from core.progress import say, step
-from core.session import open_session
-from core.staging import WorkFolder, check_folder_output, staged_folder
 from quantize import fp16_emulation, fp16_plan, outlier_check, quantizers, stage, weight_stage
 from quantize.options import (
     StageRun,
@@ -44,6 +37,13 @@ from quantize.options import (
     excluded,
 )
 from quantize.passes import elem_types, float16, unfuse_attention
+from vlm_vision_onnx.core import cpu, onnx_io
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import CheckFailed, UsageError
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.core.staging import WorkFolder, check_folder_output, staged_folder
 
 STAGE = "fp16"
 #: The min per-token cosine against fp32 the fp16 model must reach by default (issue 18's floor).

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core import onnx_io
 from quantize.passes import elem_types
+from vlm_vision_onnx.core import onnx_io
 
 FLOAT, HALF = ir.DataType.FLOAT, ir.DataType.FLOAT16
 

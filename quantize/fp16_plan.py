@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core import taps
-from core.errors import UsageError
 from quantize import options, outliers
 from quantize.passes import float16
 from quantize.passes.float16 import CONTAINERS, MOVERS, SEQUENCE_OPS
+from vlm_vision_onnx.core import taps
+from vlm_vision_onnx.core.errors import UsageError
 
 #: float16's largest finite value.
 FP16_MAX = 65504.0

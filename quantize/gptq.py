@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from core import onnx_io, taps
-from core.progress import say
+from vlm_vision_onnx.core import onnx_io, taps
+from vlm_vision_onnx.core.progress import say
 
 #: Dampening added to H's diagonal, as a fraction of its mean (GPTQ's default): keeps H invertible when there
 #: are fewer calibration tokens than input channels.

@@ -15,9 +15,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import UsageError
 from quantize import calibration, quantizers, weight_stage
 from quantize.options import StageRun, WeightChecks
+from vlm_vision_onnx.core.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from core.errors import UsageError
 from quantize import calibration, outlier_check, quantizers, weight_stage
 from quantize.options import StageRun, WeightChecks
+from vlm_vision_onnx.core.errors import UsageError
 
 METHODS = ("dynamic", "static", "nbits")
 #: The MatMulNBits settings of `--nbits-for`: nbits' defaults.

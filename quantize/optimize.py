@@ -30,13 +30,6 @@ from pathlib import Path
 import onnx_ir as ir
 import onnxscript.optimizer
 
-from core import onnx_io, parity, stage_outputs
-from core import report as reports
-from core.errors import CheckFailed, UsageError
-from core.progress import say, step
-from core.session import open_session
-from core.staging import check_folder_output, staged_folder
-from families import validation as layouts_mod
 from quantize import stage
 from quantize.options import StageRun
 from quantize.passes import (
@@ -47,6 +40,13 @@ from quantize.passes import (
     static_dims,
     unfuse_skip_layer_norm,
 )
+from vlm_vision_onnx.core import onnx_io, parity, stage_outputs
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import CheckFailed, UsageError
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.core.staging import check_folder_output, staged_folder
+from vlm_vision_onnx.families import validation as layouts_mod
 
 
 def _ort(model: ir.Model, num_heads: int = 0, hidden_size: int = 0) -> tuple[ir.Model, dict]:

@@ -14,9 +14,9 @@ import argparse
 import re
 from dataclasses import dataclass, field
 
-from core.errors import UsageError
-from core.staging import add_clobber_argument
 from quantize import outlier_channels, outlier_check
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.staging import add_clobber_argument
 
 
 def excluded(nodes: list[tuple[str, str]], patterns: list[str], option: str = "--exclude") -> list[str]:

@@ -40,8 +40,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from core import onnx_io, taps
 from quantize import quantizers
+from vlm_vision_onnx.core import onnx_io, taps
 
 #: Name suffix of the fp32 MatMul that takes a node's outlier input channels (the quantizers skip it).
 SUFFIX = "/outlier_channels"

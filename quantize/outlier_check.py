@@ -39,11 +39,11 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
-from core import onnx_io, taps
-from core import parity as metrics
-from core.progress import say, step
-from core.session import open_session, outputs
 from quantize import outliers, quantizers, stage
+from vlm_vision_onnx.core import onnx_io, taps
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.session import open_session, outputs
 
 #: Quantizer signature: (model file in, model file out, names of the MatMuls to leave fp32).
 Quantizer = Callable[[Path, Path, list[str]], None]

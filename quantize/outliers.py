@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from core.errors import UsageError
+from vlm_vision_onnx.core.errors import UsageError
 
 #: How many residual channels become outliers, and their scale factors (20x .. 100x, geometric).
 NUM_CHANNELS = 4

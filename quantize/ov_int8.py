@@ -49,12 +49,6 @@ from pathlib import Path
 
 import numpy as np
 
-from core import cpu, onnx_io, openvino_session
-from core import parity as metrics
-from core import report as reports
-from core.errors import CheckFailed, UsageError
-from core.progress import say, step
-from core.staging import WorkFolder, check_folder_output, staged_folder
 from quantize import calibration, outlier_check, photo_check, stage
 from quantize.options import (
     StageRun,
@@ -64,6 +58,12 @@ from quantize.options import (
     check_stress,
     excluded,
 )
+from vlm_vision_onnx.core import cpu, onnx_io, openvino_session
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import CheckFailed, UsageError
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.staging import WorkFolder, check_folder_output, staged_folder
 
 STAGE = "ov-int8"
 #: The floor the variant ships under: the INT8 variant's (bench.sweep.FLOORS, core.engine.BF16_FLOOR).
@@ -625,7 +625,7 @@ def run(path: str | Path, out: str | Path, options: OvInt8Options = OvInt8Option
 
 
 def _default_precision() -> str:
-    from core.engine import default_precision
+    from vlm_vision_onnx.core.engine import default_precision
 
     return default_precision()
 

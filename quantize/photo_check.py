@@ -14,11 +14,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from core import onnx_io
-from core import parity as metrics
-from core.errors import UsageError
-from core.session import open_session
 from quantize import calibration
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.session import open_session
 
 HELD_OUT: tuple[str, ...] = tuple(p for p in calibration.PHOTOS if p not in calibration.STAGE_PHOTOS)[:2]
 #: (height, width): the size documents and chats send most, and a large non-square one.

@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core import onnx_io
-from core.errors import UsageError
 from quantize import fp16, weight_stage
 from quantize.options import StageRun
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.errors import UsageError
 
 STAGE = "q4f16"
 #: The INT4 floor (issue 28): min per-token cosine against fp32, on random weights and the realistic stress.

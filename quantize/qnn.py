@@ -21,18 +21,18 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from core import onnx_io
-from core import parity as metrics
-from core import report as reports
-from core.errors import CheckFailed, UsageError
-from core.progress import say, step
-from core.session import open_session
-from core.staging import WorkFolder, check_folder_output, staged_folder
-from families import of_model
 from quantize import calibration, stage
 from quantize.options import StageRun, check_floor
 from quantize.passes import decompose_layer_norm, unshare_initializers
-from runtime import npu
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import CheckFailed, UsageError
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.core.staging import WorkFolder, check_folder_output, staged_folder
+from vlm_vision_onnx.families import of_model
+from vlm_vision_onnx.runtime import npu
 
 STAGE = "qnn"
 DEFAULT_MIN_COSINE = npu.FLOORS["qdq"]

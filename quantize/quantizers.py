@@ -33,9 +33,9 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-from core import cpu, onnx_io
-from core.errors import UsageError
 from quantize import gptq
+from vlm_vision_onnx.core import cpu, onnx_io
+from vlm_vision_onnx.core.errors import UsageError
 
 WEIGHT_OPS = ("MatMul", "Gemm", "Conv")
 #: The op each quantizer leaves in place of a quantized MatMul (what the reports count).

@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core import onnx_io, parity, stage_outputs
-from core import report as reports
-from core.errors import UsageError
-from core.parity import DEFAULT_TOLERANCE
-from core.progress import say
-from core.session import open_session
-from families import Family, check_graph_inputs, of_model
-from families import validation as layouts_mod
+from vlm_vision_onnx.core import onnx_io, parity, stage_outputs
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.parity import DEFAULT_TOLERANCE
+from vlm_vision_onnx.core.progress import say
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import Family, check_graph_inputs, of_model
+from vlm_vision_onnx.families import validation as layouts_mod
 
 
 @dataclass

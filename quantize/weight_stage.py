@@ -16,16 +16,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core import cpu, onnx_io
-from core import parity as metrics
-from core import report as reports
-from core.errors import UsageError
-from core.progress import say, step
-from core.session import open_session
-from core.staging import WorkFolder, check_folder_output, staged_folder
 from quantize import outlier_channels, outlier_check, photo_check, quantizers, stage
 from quantize.options import StageRun, WeightChecks, excluded
 from quantize.passes import smooth_activations, unfuse_attention
+from vlm_vision_onnx.core import cpu, onnx_io
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.core.staging import WorkFolder, check_folder_output, staged_folder
 
 
 @dataclass

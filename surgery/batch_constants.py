@@ -30,12 +30,12 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from core.errors import CheckFailed
 from surgery.debake import computed_shape
 from surgery.findings import Entry, Finding, const_ints, node_name
 from surgery.grid import Emitter, Mono
 from surgery.probe import neutral
 from surgery.run import random_array, try_run
+from vlm_vision_onnx.core.errors import CheckFailed
 
 #: Op -> index of the shape input rule 1 examines (the data input is input 0).
 KEEPS_BATCH = {"Resize": 3, "Reshape": 1, "Expand": 1, "Slice": 2}

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import onnx_ir as ir
 
-from core.errors import CheckFailed
 from surgery.batch_constants import batch_twice
 from surgery.run import fmt_dims, same_output, try_run
+from vlm_vision_onnx.core.errors import CheckFailed
 
 
 @dataclass(frozen=True)

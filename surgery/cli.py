@@ -13,10 +13,6 @@ import json
 import time
 from pathlib import Path
 
-from core.errors import Parser, UsageError, main_wrapper, subject
-from core.onnx_io import copy_model, has_external_data, load, model_path, save
-from core.progress import say, step
-from core.staging import StagedFile, add_clobber_argument, check_file_output, check_folder_output
 from surgery import audit as audit_mod
 from surgery import debake as debake_mod
 from surgery import doctor as doctor_mod
@@ -28,6 +24,15 @@ from surgery.grid import resolve_grid
 from surgery.probe import declared, neutral, probe_feeds
 from surgery.probe_sizes import guess_shapes, other_sizes
 from surgery.run import fmt_dims, parse_named_shapes, try_run
+from vlm_vision_onnx.core.errors import Parser, UsageError, main_wrapper, subject
+from vlm_vision_onnx.core.onnx_io import copy_model, has_external_data, load, model_path, save
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.staging import (
+    StagedFile,
+    add_clobber_argument,
+    check_file_output,
+    check_folder_output,
+)
 
 
 def _grid_options(parser: argparse.ArgumentParser) -> None:

@@ -15,8 +15,6 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from core.errors import UsageError
-from core.progress import step
 from surgery.findings import Finding, node_name
 from surgery.grid import Emitter, Grid, grid_feeds
 from surgery.grid_classify import expected_dims
@@ -30,6 +28,8 @@ from surgery.run import (
     open_session,
     random_array,
 )
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.progress import step
 
 
 def debake(model: ir.Model, grid: Grid, patches_input: str = "pixel_values",

@@ -22,8 +22,6 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from core.errors import CheckFailed
-from core.progress import step
 from surgery import dataflow
 from surgery.batch_constants import debatch
 from surgery.grid import Grid
@@ -39,6 +37,8 @@ from surgery.probe import (
 )
 from surgery.probe_sizes import other_sizes
 from surgery.run import random_array, try_run
+from vlm_vision_onnx.core.errors import CheckFailed
+from vlm_vision_onnx.core.progress import step
 
 #: At most this many input symbols get their own extra probe run.
 MAX_SYMBOL_PROBES = 8

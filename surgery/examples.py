@@ -481,7 +481,7 @@ def write_real(folder: str | Path, fixtures: str | Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    from core.errors import Parser
+    from vlm_vision_onnx.core.errors import Parser
 
     parser = Parser(prog="python -m surgery.examples",
                     description="Write the demo models that show each problem `python -m surgery` fixes into DIR.")

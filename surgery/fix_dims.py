@@ -18,9 +18,9 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import ShapeInferencePass
 
-from core.errors import CheckFailed
 from surgery.probe import conflicts, declared, drop_shape_claims, observe, stale
 from surgery.run import compare_outputs, try_run
+from vlm_vision_onnx.core.errors import CheckFailed
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

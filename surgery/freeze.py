@@ -16,11 +16,11 @@ import numpy as np
 import onnx_ir as ir
 import onnxscript.optimizer
 
-from core.errors import CheckFailed, UsageError
 from surgery import dataflow
 from surgery.fix_dims import check_claims, infer
 from surgery.probe import drop_shape_claims, neutral, observe
 from surgery.run import compare_outputs, fmt_dims, try_run
+from vlm_vision_onnx.core.errors import CheckFailed, UsageError
 
 SHAPE_OPS = ("Shape", "Size")
 

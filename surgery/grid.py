@@ -23,7 +23,7 @@ from fractions import Fraction
 import numpy as np
 import onnx_ir as ir
 
-from core.errors import UsageError
+from vlm_vision_onnx.core.errors import UsageError
 
 GLOBAL_SYMBOLS = ("N", "n", "F")
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from core.errors import UsageError
 from surgery.grid import Grid
 from surgery.run import fmt_dims, input_specs, random_array, try_run
+from vlm_vision_onnx.core.errors import UsageError
 
 #: Symbols that exporters generate (torch.export's s77, ONNX inference's unk__3, naive scripts' ?).
 GENERATED_SYMBOL = re.compile(r"^(s\d+|unk__\d+|\?|)$")

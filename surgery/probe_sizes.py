@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from core.errors import UsageError
-from core.session import ORT_ERRORS, ort_error_line
 from surgery.probe import neutral, probe_feeds
 from surgery.run import fmt_dims, input_specs, open_session, random_array
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.session import ORT_ERRORS, ort_error_line
 
 #: Image sides tried, in order, when an image input's height and width are symbolic.
 GUESSES = tuple(range(640, 31, -32))

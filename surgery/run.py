@@ -10,10 +10,10 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from core.errors import UsageError
-from core.session import ORT_ERRORS, ort_error_line
-from core.session import run as run_session
-from core.session import session as open_session
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.session import ORT_ERRORS, ort_error_line
+from vlm_vision_onnx.core.session import run as run_session
+from vlm_vision_onnx.core.session import session as open_session
 
 #: Outputs match when max|a - b| <= TOLERANCE * max(1, max|reference|) (float outputs); ints must be equal.
 #: Surgery only rewrites shapes, so it holds its results to a tighter bound than the stages that fuse ops.

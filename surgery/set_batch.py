@@ -20,14 +20,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from core.errors import CheckFailed, UsageError
-from core.session import owned
 from surgery.batch_constants import debatch
 from surgery.batch_contiguous import make_contiguous
 from surgery.batch_layout import Layout, compare_chunks, find_layouts
 from surgery.fix_dims import check_claims, infer, rename_input_symbols
 from surgery.probe import conflicts, declared, drop_shape_claims, neutral, observe, probe_feeds
 from surgery.run import open_session, random_array, try_run
+from vlm_vision_onnx.core.errors import CheckFailed, UsageError
+from vlm_vision_onnx.core.session import owned
 
 
 def old_batch(model: ir.Model) -> int | None:

@@ -22,19 +22,19 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from core import onnx_io, parity, stage_outputs
-from core import report as reports
-from core.errors import CheckFailed
-from core.parity import DEFAULT_TOLERANCE
-from core.progress import say, step
-from core.session import open_session
-from core.staging import StagedFile
-from families import Family, check_graph_inputs, of_model, validation
 from surgery import audit as audit_mod
 from surgery import debake as debake_mod
 from surgery.grid import resolve_grid
 from surgery.probe import conflicts, declared, describe_conflict, stale
 from surgery.run import fmt_dims
+from vlm_vision_onnx.core import onnx_io, parity, stage_outputs
+from vlm_vision_onnx.core import report as reports
+from vlm_vision_onnx.core.errors import CheckFailed
+from vlm_vision_onnx.core.parity import DEFAULT_TOLERANCE
+from vlm_vision_onnx.core.progress import say, step
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.core.staging import StagedFile
+from vlm_vision_onnx.families import Family, check_graph_inputs, of_model, validation
 
 
 def io_claims(model: ir.Model, layouts: list[dict], inputs: list[dict], outputs: list[list[np.ndarray]]) -> list[str]:

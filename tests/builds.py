@@ -232,7 +232,9 @@ def stage(parent: Recipe, command: str, *flags: str, int4: Recipe | None = None)
         return Recipe(command, ("surgery.cli",), flags, make, parents=(parent,))
     # quantize/__main__.py imports every stage's module to dispatch; a stage's build depends on the dispatcher's
     # own text and on its own module's closure, not on the other stages' modules.
-    entries = (f"quantize.{command.replace('-', '_')}", "quantize.options", "core.errors", "core.onnx_io", "families")
+    entries = (f"quantize.{command.replace('-', '_')}", "quantize.options", "vlm_vision_onnx.core.errors",
+               "vlm_vision_onnx.core.onnx_io",
+               "vlm_vision_onnx.families")
     return Recipe(command, entries, flags, make, ("quantize/__main__.py",),
                   parents=(parent,) if int4 is None else (parent, int4))
 
@@ -264,14 +266,15 @@ def package(name: str, stages: dict[str, Recipe], *flags: str) -> Recipe:
     def make(out: Path, _parents: list[Path]) -> None:
         import tempfile
 
-        from release import __main__ as release_cli
+        from vlm_vision_onnx.release import __main__ as release_cli
 
         with tempfile.TemporaryDirectory() as tmp:
             build = assemble(stages, Path(tmp) / name)
             _ok(release_cli.main(["package", str(build), "--dist", str(out), "--threads", "1", *flags]),
                 f"package {name}")
 
-    return Recipe("package", ("release.__main__",), (name, names, flags), make, parents=tuple(stages.values()))
+    return Recipe("package", ("vlm_vision_onnx.release.__main__",), (name, names, flags), make,
+                  parents=tuple(stages.values()))
 
 
 def phi4_graph(layers: int | None = None) -> Recipe:
@@ -286,7 +289,7 @@ def phi4_graph(layers: int | None = None) -> Recipe:
         from builders import onnx_export
         from builders.config import load_config
         from builders.phi4_mm import family
-        from families.phi4_mm import layouts
+        from vlm_vision_onnx.families.phi4_mm import layouts
 
         config = load_config("phi-4-mm-tiny")
         if layers is not None:
@@ -301,7 +304,7 @@ def phi4_graph(layers: int | None = None) -> Recipe:
         onnx.save(proto, str(out / "model.onnx"))
 
     return Recipe("phi4-graph", ("builders.onnx_export", "builders.config", "builders.phi4_mm.family",
-                                 "families.phi4_mm.layouts"), (layers,), make, _config_files("phi-4-mm-tiny"))
+                                 "vlm_vision_onnx.families.phi4_mm.layouts"), (layers,), make, _config_files("phi-4-mm-tiny"))
 
 
 def every_variant(export_recipe: Recipe) -> dict[str, Recipe]:
@@ -318,7 +321,7 @@ def webgpu_check(package_recipe: Recipe, name: str, home: Path) -> Recipe:
     on an unchanged package, runtime and install would compute the same report). Its key holds the package's, the
     runtime's code (the worker script too), the install's env.sh and the distributions in its venv and of its Mesa."""
     def make(out: Path, parents: list[Path]) -> None:
-        from runtime import __main__ as runtime_cli
+        from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
         out.mkdir()
         report = out / "report.json"
@@ -334,8 +337,10 @@ def webgpu_check(package_recipe: Recipe, name: str, home: Path) -> Recipe:
     installed += sorted(p.name for p in (home / "debs").glob("*.deb"))
     params = (name, (home / "env.sh").read_text(), tuple(installed))
     # as a quantize stage (`stage`): the dispatcher's own text, not the other subcommands' modules it imports
-    return Recipe("webgpu-check", ("runtime.webgpu", "core.errors"), params, make,
-                  ("runtime/__main__.py", "runtime/webgpu_worker.py", "tools/webgpu-install.sh"),
+    return Recipe("webgpu-check", ("vlm_vision_onnx.runtime.webgpu", "vlm_vision_onnx.core.errors"), params,
+                  make,
+                  ("vlm_vision_onnx/runtime/__main__.py", "vlm_vision_onnx/runtime/webgpu_worker.py",
+                   "tools/webgpu-install.sh"),
                   parents=(package_recipe,))
 
 
@@ -375,8 +380,8 @@ def genai(family: str) -> Recipe:
     onnxruntime-genai package). The checkpoint is the recipe's parent (`parents[0]`)."""
     def make(out: Path, parents: list[Path]) -> None:
         from builders import vision
-        from release import __main__ as release_cli
-        from runtime import sample_photos
+        from vlm_vision_onnx.release import __main__ as release_cli
+        from vlm_vision_onnx.runtime import sample_photos
 
         out.mkdir()
         model = ["--model", "qwen3-vl-tiny"] if family == "qwen3-vl" else []
@@ -387,7 +392,8 @@ def genai(family: str) -> Recipe:
                               str(out / "pkg")]), f"release genai of {family}")
 
     files = _config_files("qwen3-vl-tiny") if family == "qwen3-vl" else ("configs/aliases.yaml",)
-    return Recipe("genai", ("builders.vision", "runtime.sample_photos", "release.__main__"), (family,), make, files,
+    return Recipe("genai", ("builders.vision", "vlm_vision_onnx.runtime.sample_photos",
+                            "vlm_vision_onnx.release.__main__"), (family,), make, files,
                   parents=(random_checkpoint(family),))
 
 

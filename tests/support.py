@@ -24,10 +24,10 @@ import pytest
 import yaml
 from PIL import Image, ImageOps
 
-from core import parity
-from core.parity import compare
-from core.session import open_session
-from families import QWEN3_VL, validation
+from vlm_vision_onnx.core import parity
+from vlm_vision_onnx.core.parity import compare
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import QWEN3_VL, validation
 
 # ---------------------------------------------------------------- quantize tests (was tests/test_quantize_support.py)
 # Shared helpers of the quantize tests. The tiny exports come from conftest's `tiny_exports` fixture (both

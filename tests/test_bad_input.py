@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from builders import vision
-from core.errors import UsageError
-from families.qwen_vl import contract
-from runtime import __main__ as runtime_cli
 from tests.conftest import single_error
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families.qwen_vl import contract
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
 
 def run_export(args, tmp_path, capsys):
@@ -86,7 +86,7 @@ def test_runtime_encode_runs_a_good_pack(tiny_exports, tmp_path):
 def test_metadata_that_is_not_what_the_export_writes(key, value):
     """Found by tools/fuzz: an empty `patch_dim` ended `surgery stage` in int()'s ValueError. Every stage and the
     runtime resolve the family through `of_model`, which checks the values they parse."""
-    from families import of_model
+    from vlm_vision_onnx.families import of_model
 
     metadata = {"family": "qwen3-vl", "patch_dim": "1536", "spatial_merge_size": "2", key: value}
     with pytest.raises(UsageError, match=f"model.onnx: metadata {key} = .* is not"):

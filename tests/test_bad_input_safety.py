@@ -22,7 +22,7 @@ def cli(name: str):
     elif name == "surgery":
         from surgery.cli import main
     else:
-        from runtime.__main__ import main
+        from vlm_vision_onnx.runtime.__main__ import main
     return main
 
 
@@ -135,7 +135,7 @@ def _broken_models(work: Path) -> dict[str, Path]:
         paths[name] = work / "bad" / name / "model.onnx"
         paths[name].parent.mkdir()
         paths[name].write_bytes(data)
-    from core import onnx_io
+    from vlm_vision_onnx.core import onnx_io
 
     for name in ("missing-data", "short-data"):
         folder = work / "bad" / name

@@ -14,8 +14,10 @@ def test_closure_follows_function_level_imports_and_module_strings():
     """The export's closure holds the torch side it imports inside functions and the builder named by a family's
     string (`builders.qwen_vl.family:...`, imported by importlib), and nothing of release/ or runtime/."""
     files = {str(p.relative_to(ROOT)) for p in module_closure("builders.vision")}
-    assert {"builders/vision.py", "builders/qwen_vl/family.py", "families/__init__.py", "core/errors.py"} <= files
-    assert not {f for f in files if f.startswith(("release/", "runtime/", "tests/", "bench/"))}
+    assert {"builders/vision.py", "builders/qwen_vl/family.py", "vlm_vision_onnx/families/__init__.py",
+            "vlm_vision_onnx/core/errors.py"} <= files
+    assert not {f for f in files
+                if f.startswith(("vlm_vision_onnx/release/", "vlm_vision_onnx/runtime/", "tests/", "bench/"))}
 
 
 def _digest_with(changed: str):
@@ -31,7 +33,7 @@ def _digest_with(changed: str):
     ("builders/vision.py", {"export", "surgery", "optimized", "int8"}),
     ("configs/qwen3-vl-tiny.yaml", {"export", "surgery", "optimized", "int8"}),
     ("configs/phi-4-mm-tiny.yaml", set()),
-    ("release/package.py", set()),
+    ("vlm_vision_onnx/release/package.py", set()),
 ])
 def test_a_change_remakes_exactly_what_it_touches(changed, remade):
     """A stage's key covers its own command's code and its parents' keys: a change to quantize/int8.py re-makes
@@ -43,7 +45,8 @@ def test_a_change_remakes_exactly_what_it_touches(changed, remade):
     assert {name for name in chain if before[name] != after[name]} == remade
 
 
-@pytest.mark.parametrize("changed", ["runtime/webgpu.py", "runtime/webgpu_worker.py", "runtime/__main__.py"])
+@pytest.mark.parametrize("changed", ["vlm_vision_onnx/runtime/webgpu.py", "vlm_vision_onnx/runtime/webgpu_worker.py",
+                                     "vlm_vision_onnx/runtime/__main__.py"])
 def test_a_cached_webgpu_report_follows_the_runtime_and_the_install(changed, tmp_path):
     """A WebGPU report (a real client's run, cached as a build) is made again when the runtime code that produced
     it or the install it ran in changes; its package is not."""
@@ -55,7 +58,7 @@ def test_a_cached_webgpu_report_follows_the_runtime_and_the_install(changed, tmp
     assert builds.key(report, digest=_digest_with(changed)) != builds.key(report)
     assert builds.key(package, digest=_digest_with(changed)) == builds.key(package)
     assert builds.key(builds.webgpu_check(package, "qwen3-vl-tiny", home),
-                      digest=_digest_with("runtime/embed.py")) == builds.key(report)
+                      digest=_digest_with("vlm_vision_onnx/runtime/embed.py")) == builds.key(report)
     (home / "venv/lib/python3.11/site-packages/onnxruntime_webgpu-1.27.0.dist-info").rename(
         home / "venv/lib/python3.11/site-packages/onnxruntime_webgpu-1.28.0.dist-info")
     assert builds.key(builds.webgpu_check(package, "qwen3-vl-tiny", home)) != builds.key(report)
@@ -79,7 +82,7 @@ def _counting_recipe(calls: list, label: str = "probe", fail: bool = False) -> b
         if fail:
             raise RuntimeError("the command failed")
 
-    return builds.Recipe(label, ("core.errors",), (label, fail), make)
+    return builds.Recipe(label, ("vlm_vision_onnx.core.errors",), (label, fail), make)
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from builders import vision
 from builders.config import CONFIG_DIR
 from builders.qwen_vl import layouts
 from builders.qwen_vl.model import reference_outputs
-from core import session
 from tests.conftest import single_error
 from tests.support import TEXT
+from vlm_vision_onnx.core import session
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core import console
-from core.errors import Parser, main_wrapper
-from core.progress import say
+from vlm_vision_onnx.core import console
+from vlm_vision_onnx.core.errors import Parser, main_wrapper
+from vlm_vision_onnx.core.progress import say
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The prefixes of the lines a stage prints itself: progress (`core.progress.say`) and errors.
@@ -68,7 +68,7 @@ def test_verbose_before_a_subcommand_holds():
 
 
 def test_errors_reach_the_console(capsys):
-    from core.errors import UsageError
+    from vlm_vision_onnx.core.errors import UsageError
 
     def body():
         library_logger("lib_noise").warning("noise")

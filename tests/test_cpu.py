@@ -2,7 +2,7 @@
 
 import pytest
 
-from core import cpu
+from vlm_vision_onnx.core import cpu
 
 
 @pytest.mark.parametrize("machine, flags, saturates", [

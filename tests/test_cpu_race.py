@@ -4,14 +4,14 @@ with the stage reports' measured sizes), and the table's bold cells."""
 import numpy as np
 
 from bench import cpu_race
-from runtime import path_choice
 from tests import builds
+from vlm_vision_onnx.runtime import path_choice
 
 
 def test_the_default_path_follows_the_image_size(tmp_path, monkeypatch):
     """The tiny Qwen3-VL build's int8 (above the floor, its gates measured up to 1024^2): the default at 448^2, not
     at 2048^2, where the line says why. The CPU class is pinned to one whose ranking is ONNX Runtime INT8 alone."""
-    from families import family
+    from vlm_vision_onnx.families import family
 
     build = builds.assemble(builds.every_variant(builds.QWEN3_VL), tmp_path / "qwen3-vl-tiny")
     monkeypatch.setattr(path_choice, "cpu_class", lambda: path_choice.AVX2)
@@ -71,7 +71,7 @@ def test_the_pytorch_process_prints_its_stages(tmp_path):
 
     from PIL import Image
 
-    from families.qwen_vl import processor_files
+    from vlm_vision_onnx.families.qwen_vl import processor_files
 
     weights, photo = tmp_path / "w.safetensors", tmp_path / "p.png"
     Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(photo)

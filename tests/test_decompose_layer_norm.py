@@ -5,8 +5,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.session import open_session
 from quantize.passes import decompose_layer_norm
+from vlm_vision_onnx.core.session import open_session
 
 
 def _model(axis: int = -1, bias: bool = True) -> onnx.ModelProto:

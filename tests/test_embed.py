@@ -24,11 +24,6 @@ import torch
 from PIL import Image
 
 from builders.config import load_config
-from core import onnx_io
-from core.parity import compare
-from families.phi4_mm import preprocess as phi4_mm
-from families.qwen_vl import contract
-from runtime import __main__ as runtime_cli
 from tests.conftest import single_error
 from tests.support import (
     PACK,
@@ -41,6 +36,11 @@ from tests.support import (
     write_frames,
 )
 from tests.support import reference as video_reference
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.parity import compare
+from vlm_vision_onnx.families.phi4_mm import preprocess as phi4_mm
+from vlm_vision_onnx.families.qwen_vl import contract
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
 PHI4 = "phi-4-mm-tiny"
 
@@ -129,9 +129,9 @@ def test_session_opens_once_and_again_when_downsizing_changes_the_path(qwen_dist
     sizes, ONNX Runtime for the processor's), the first session is dropped and the chosen one runs: ONNX Runtime's
     result, at the export's tolerance of eager."""
     pytest.importorskip("openvino", reason="the openvino extra is not installed")
-    from core import session
-    from core.engine import Engine
-    from runtime import path_choice
+    from vlm_vision_onnx.core import session
+    from vlm_vision_onnx.core.engine import Engine
+    from vlm_vision_onnx.runtime import path_choice
 
     visual, tolerance, names = qwen_eager
     opened, real_open = [], Engine.open
@@ -262,7 +262,7 @@ def test_phi4_refuses_video(phi4_package, tmp_path, capsys):
 def test_sample_photos_embed_as_folder_and_video(qwen_dist, tmp_path, capsys):
     """`python -m runtime.sample_photos` then `embed DIR --video DIR/pan` (the README's run, tiny model):
     the folder's report.json is skipped, the photos are the images, pan/ the video."""
-    from runtime import sample_photos
+    from vlm_vision_onnx.runtime import sample_photos
 
     assert sample_photos.main([str(tmp_path / "photos")]) == 0
     out = tmp_path / "photos.npz"
@@ -283,8 +283,8 @@ def test_openvino_engine_equals_onnxruntime(qwen_dist, photos, tmp_path, capsys)
     core.engine.BF16_FLOOR; `verify` runs it."""
     pytest.importorskip("openvino", reason="the openvino extra is not installed")
     from bench.cpu_race import stages
-    from core import engine, openvino_session
-    from runtime import verify
+    from vlm_vision_onnx.core import engine, openvino_session
+    from vlm_vision_onnx.runtime import verify
 
     write_frames(tmp_path / "frames", 3, 240, 320)
     inputs = [*(photos[n] for n in PACK[:4]), "--video", tmp_path / "frames", "--package", qwen_dist / QWEN]
@@ -332,7 +332,7 @@ def test_precision_without_openvino_is_one_line(qwen_dist, photos, tmp_path, cap
 def test_warm_feeds_follow_the_first_smoke_record(qwen_dist):
     """`embed.warm_feeds`: the package's first smoke record's input shapes, its integer values, zeros elsewhere;
     None for a manifest without a usable record (the session then compiles on its first run)."""
-    from runtime import embed as embed_mod
+    from vlm_vision_onnx.runtime import embed as embed_mod
 
     manifest = json.loads((qwen_dist / QWEN / "manifest.json").read_text())
     record = manifest["smoke"][0]

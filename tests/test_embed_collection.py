@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import __main__ as runtime_cli
-from runtime import collection_embedder, collection_io, sample_photos
-from runtime.verify import sha256
 from tests.conftest import single_error, snapshot
 from tests.support import QWEN
 from tools.photos import write_photos
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
+from vlm_vision_onnx.runtime import collection_embedder, collection_io, sample_photos
+from vlm_vision_onnx.runtime.verify import sha256
 
 # The test cluster keeps Ray's default token authentication (its token in ~/.ray/auth_token); a driver that joins
 # a cluster by address uses the token only in this mode (set before ray is imported: Ray reads it once).
@@ -187,7 +187,8 @@ def test_killed_run_resumes_without_duplicates(package, photos, local_out, ray_h
     """SIGKILL the command (`--scheduler local`: its own process does all the work) once parts appear; a rerun on the
     Ray cluster finishes it: each path once, the same bits as the uninterrupted local run."""
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "runtime", "embed-collection", str(package), str(photos), str(out),
+    command = [sys.executable, "-m", "vlm_vision_onnx.runtime", "embed-collection", str(package), str(photos),
+               str(out),
                "--scheduler", "local", "--threads", "1", "--batch", "2"]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -289,7 +290,7 @@ def test_bad_input_is_one_line_and_writes_nothing(case, package, photos, local_o
 
 def test_shares_leave_room_beside_the_actors():
     """On any CPU count the actors' fractional reservations leave head-room, so a Ray Data task always fits."""
-    from runtime.collection_ray import pool, shares
+    from vlm_vision_onnx.runtime.collection_ray import pool, shares
 
     for cpus in (1, 2, 3, 4, 8, 64):
         for actors in (1, 2, cpus, 2 * cpus):
@@ -311,9 +312,9 @@ def test_rows_table_reads_back_flattened(tmp_path):
 
 def test_an_actors_usage_error_is_one_line():
     """Ray hands an actor's exception over as text in its own error types: the UsageError's message is found."""
-    from runtime.collection_ray import ray_error_line
+    from vlm_vision_onnx.runtime.collection_ray import ray_error_line
 
     wrapped = RuntimeError("The actor died because of an error raised in its creation task\n  File ...\n"
-                           "core.errors.UsageError: /pkg is not a release package: manifest.json is missing")
+                           "vlm_vision_onnx.core.errors.UsageError: /pkg is not a release package: manifest.json is missing")
     assert ray_error_line(wrapped) == (True, "/pkg is not a release package: manifest.json is missing")
     assert ray_error_line(OSError("disk full\nmore")) == (False, "OSError: disk full")

@@ -12,11 +12,11 @@ import torch
 from builders import onnx_export, vision
 from builders.config import load_config
 from builders.phi4_mm import family as phi4
-from core import session
-from core.errors import UsageError
-from families.phi4_mm import FAMILY as PHI4
 from tests import builds
 from tests.conftest import single_error
+from vlm_vision_onnx.core import session
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families.phi4_mm import FAMILY as PHI4
 
 
 def op_counts(model: onnx.ModelProto) -> Counter:

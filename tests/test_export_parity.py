@@ -12,8 +12,8 @@ from builders.config import load_config
 from builders.qwen_vl import layouts
 from builders.qwen_vl.family import BUILDERS
 from builders.qwen_vl.model import build_random
-from core import onnx_io, session
 from tests.support import RANDOM_PACKS, assert_cases_within_tolerance
+from vlm_vision_onnx.core import onnx_io, session
 
 PATHS = ["torchscript", "dynamo"]
 family = BUILDERS["qwen3-vl"]

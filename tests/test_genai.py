@@ -23,11 +23,11 @@ import pytest
 import torch
 
 from builders import deepstack_effect, genai_parity
-from families import FAMILIES
-from release import __main__ as release_cli
-from release import genai_checkpoint, genai_config, genai_embedding
 from tests import builds
 from tests.conftest import single_error, snapshot
+from vlm_vision_onnx.families import FAMILIES
+from vlm_vision_onnx.release import __main__ as release_cli
+from vlm_vision_onnx.release import genai_checkpoint, genai_config, genai_embedding
 
 TOLERANCE = 1e-3  # max abs difference of logits (issue 18)
 QWEN3_VL = FAMILIES["qwen3-vl"].shipping.genai_type
@@ -225,7 +225,7 @@ def test_a_builder_failure_leaves_nothing(made, tmp_path, capsys):
 
 
 def test_the_embedding_model_replaces_image_tokens_in_order():
-    from core import session
+    from vlm_vision_onnx.core import session
 
     rng = np.random.default_rng(0)
     table = rng.standard_normal((40, 6)).astype(np.float32)
@@ -253,7 +253,7 @@ def test_checkpoint_tensors_are_read_without_torch_exactly(tmp_path, dtype):
 
 
 def test_processor_config_carries_the_processor_settings():
-    from families.qwen_vl import preprocess
+    from vlm_vision_onnx.families.qwen_vl import preprocess
 
     settings = preprocess.processor(min_pixels=1024, max_pixels=2048 * 2048).to_dict()
     ops = {op["operation"]["type"]: op["operation"].get("attrs", {})

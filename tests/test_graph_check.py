@@ -6,8 +6,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from core import graph_check, onnx_io, onnx_light
-from core.errors import UsageError
+from vlm_vision_onnx.core import graph_check, onnx_io, onnx_light
+from vlm_vision_onnx.core.errors import UsageError
 
 
 def _model(nodes, inputs=("x",), outputs=("y",), opsets=(("", 17),), initializers=()):

@@ -23,13 +23,13 @@ import onnx
 import pytest
 from PIL import Image
 
-from release import manifest as manifest_mod
-from release.package import sums_text
-from runtime import __main__ as runtime_cli
-from runtime import images, unpack
-from runtime.verify import sha256
 from tests.conftest import single_error, snapshot
 from tests.support import QWEN
+from vlm_vision_onnx.release import manifest as manifest_mod
+from vlm_vision_onnx.release.package import sums_text
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
+from vlm_vision_onnx.runtime import images, unpack
+from vlm_vision_onnx.runtime.verify import sha256
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -185,7 +185,7 @@ def test_2_force_replaces_another_stages_output_and_clobber_a_users_folder(stage
     """The positive side: --force replaces an output of another stage of this tool (the files its report lists);
     --clobber replaces a folder whatever it holds (`runtime.sample_photos`: a staged folder, written in a second)."""
     pytest.importorskip("skimage.data", reason="scikit-image (dev extra) ships the sample photos")
-    from runtime import sample_photos
+    from vlm_vision_onnx.runtime import sample_photos
 
     assert sample_photos.main(["export", "--force"]) == 0
     assert json.loads((stages / "export" / "report.json").read_text())["stage"] == sample_photos.STAGE
@@ -217,7 +217,7 @@ def _dead_pid() -> int:
 def test_2_stale_temp_folders_of_a_killed_run_are_removed(tmp_path):
     """Case 2 (and 5): a stage killed mid-write (SIGKILL: no cleanup ran) left `.OUT.tmp-PID-xxxx` for ever; the next
     run of that stage removes it, and keeps the temp folder of a run still alive."""
-    from core.staging import staged_folder
+    from vlm_vision_onnx.core.staging import staged_folder
 
     stale = tmp_path / f".out.tmp-{_dead_pid()}-abcd1234"
     live = tmp_path / f".out.tmp-{os.getpid()}-efgh5678"
@@ -234,7 +234,7 @@ def test_2_a_killed_stage_s_work_folder_is_removed_by_the_next_run(tmp_path):
     """The work folders of the qnn, fp16, ov-int8 and int8/int4 stages (`WorkFolder`: their intermediate models,
     gigabytes at 2B dims; an OOM kill at 2B left 4.6 GiB of them) go the way of the temp folders: the next run writing
     the same OUT removes a dead process's, keeps a live one's, and removes its own when done."""
-    from core.staging import WorkFolder
+    from vlm_vision_onnx.core.staging import WorkFolder
 
     stale = tmp_path / f".qnn.work-{_dead_pid()}-abcd1234"
     live = tmp_path / f".qnn.work-{os.getpid()}-efgh5678"
@@ -464,7 +464,7 @@ def test_5_a_config_field_of_the_wrong_type(stages, capsys, where):
 
 def test_5_an_external_data_offset_that_is_not_a_number(stages, capsys):
     """Case 5: an external-data `offset` of "abc" was a traceback."""
-    from core import onnx_io
+    from vlm_vision_onnx.core import onnx_io
 
     (stages / "bad").mkdir()
     onnx_io.save(onnx_io.load(stages / "export", in_memory=True), stages / "bad" / "model.onnx", external=True)

@@ -9,9 +9,9 @@ import json
 import onnx
 import pytest
 
-from runtime import npu
 from tests import builds
 from tests.conftest import single_error
+from vlm_vision_onnx.runtime import npu
 
 REASON = npu.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"QNN EP HTP backend unavailable: {REASON}")
@@ -28,7 +28,7 @@ def variants() -> dict:
 
 
 def npu_check(args, capsys) -> tuple[int, str, str]:
-    from runtime import __main__ as runtime_cli
+    from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
     code = runtime_cli.main(["npu-check", *map(str, args)])
     captured = capsys.readouterr()

@@ -5,8 +5,8 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from core import onnx_io
-from core.errors import UsageError
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.errors import UsageError
 
 
 def _model(weight: ir.TensorProtocol) -> ir.Model:

@@ -6,8 +6,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from core import onnx_io, onnx_light
-from core.errors import UsageError
+from vlm_vision_onnx.core import onnx_io, onnx_light
+from vlm_vision_onnx.core.errors import UsageError
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 

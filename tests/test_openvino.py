@@ -17,16 +17,16 @@ import pytest
 
 from builders import family as family_builder
 from builders.config import load_config
-from core import onnx_io
-from core.errors import UsageError
-from core.parity import compare
-from families import of_model
-from families import validation as layouts_mod
 from tests import builds
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.parity import compare
+from vlm_vision_onnx.families import of_model
+from vlm_vision_onnx.families import validation as layouts_mod
 
 pytest.importorskip("openvino", reason="the openvino extra is not installed (make install installs it)")
 
-from core.openvino_session import OpenVINOSession
+from vlm_vision_onnx.core.openvino_session import OpenVINOSession
 
 #: (config, extra export flags) of the exports read here; the Qwen3-VL TorchScript/dynamo ones come from conftest.
 EXPORTS = {

@@ -8,7 +8,7 @@ openvino = pytest.importorskip("openvino")
 from openvino import opset13 as ops
 
 from bench.ov_attention_kernels import attention_model
-from core.openvino_attention import SDPA, untranspose_keys
+from vlm_vision_onnx.core.openvino_attention import SDPA, untranspose_keys
 
 ROWS, HEADS, WIDTH = 24, 4, 32
 HEAD = WIDTH // HEADS
@@ -36,7 +36,7 @@ def key_transposes(compiled_model) -> int:
 
 @pytest.mark.parametrize("precision", ["f32", "bf16"])
 def test_the_matmul_form_is_the_same_attention_without_a_key_transpose(precision):
-    from core import openvino_session
+    from vlm_vision_onnx.core import openvino_session
 
     if precision == "bf16" and not openvino_session.bf16_supported():
         pytest.skip("this CPU has no bf16 in OpenVINO")

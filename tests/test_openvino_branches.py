@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 openvino = pytest.importorskip("openvino", reason="the openvino extra is not installed (make install installs it)")
 
-from core import openvino_branches, openvino_session
+from vlm_vision_onnx.core import openvino_branches, openvino_session
 
 
 def _if_model(path, condition_from: str):

@@ -12,18 +12,18 @@ import pytest
 
 pytest.importorskip("nncf", reason="the openvino extra is not installed (make install installs it)")
 
-from core import onnx_io
-from core.openvino_session import OpenVINOSession
-from core.parity import min_token_cosine
-from core.session import open_session
-from families import of_model
-from families import validation as layouts_mod
 from quantize import __main__ as quantize_cli
 from quantize import ov_int8, photo_check
-from runtime import __main__ as runtime_cli
-from runtime import sample_photos
 from tests import builds
 from tests.conftest import single_error, snapshot
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.openvino_session import OpenVINOSession
+from vlm_vision_onnx.core.parity import min_token_cosine
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import of_model
+from vlm_vision_onnx.families import validation as layouts_mod
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
+from vlm_vision_onnx.runtime import sample_photos
 
 STAGE = builds.stage(builds.QWEN3_VL_OPTIMIZED, "ov-int8", "--threads", "2")
 
@@ -128,8 +128,8 @@ def test_nncf_quantizes_the_if_model_as_one_graph_to_the_same_ir(tiny_optimized,
 
     import nncf.openvino.quantization.quantize_model as nncf_ov
 
-    from core import openvino_session
     from quantize import calibration
+    from vlm_vision_onnx.core import openvino_session
 
     ov = openvino_session._openvino()
     model_file = onnx_io.model_path(tiny_optimized)

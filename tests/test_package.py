@@ -16,14 +16,14 @@ import numpy as np
 import onnx
 import pytest
 
-from core.errors import UsageError
-from release import __main__ as release_cli
-from release import stages
-from release.package import package, sums_text
-from runtime import __main__ as runtime_cli
-from runtime import unpack
 from tests import builds
 from tests.conftest import single_error
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.release import __main__ as release_cli
+from vlm_vision_onnx.release import stages
+from vlm_vision_onnx.release.package import package, sums_text
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
+from vlm_vision_onnx.runtime import unpack
 
 NAME = "qwen3-vl-tiny"
 
@@ -390,7 +390,7 @@ def test_phi4_package_verifies(phi_package, capsys):
 def test_verify_fails_on_model_of_the_other_family(dist, phi_package, tmp_path, capsys):
     """A Qwen3-VL package whose fp32 model is replaced by the Phi-4 one, manifest records and checksums
     forged to match: the model's own metadata gives it away."""
-    from release.manifest import file_record
+    from vlm_vision_onnx.release.manifest import file_record
 
     folder = copy_package(dist, tmp_path)
     shutil.copyfile(phi_package / "onnx/vision_encoder.onnx", folder / "onnx/vision_encoder.onnx")
@@ -418,9 +418,9 @@ def test_checkpoint_package_records_the_weights_and_its_processor(tmp_path, caps
 
     from builders import vision
     from builders.config import CONFIG_DIR
-    from families.qwen_vl import processor_files
-    from release.manifest import sha256
     from tests.support import TEXT
+    from vlm_vision_onnx.families.qwen_vl import processor_files
+    from vlm_vision_onnx.release.manifest import sha256
 
     vision_cfg = yaml.safe_load((CONFIG_DIR / "qwen3-vl-tiny.yaml").read_text())["vision"]
     vision_cfg["out_hidden_size"] = 80  # differs from the config file's 96: config.json must come from here

@@ -7,8 +7,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from core import parity
-from core.session import Session, open_session, outputs
+from vlm_vision_onnx.core import parity
+from vlm_vision_onnx.core.session import Session, open_session, outputs
 
 
 def test_a_nonfinite_row_is_the_worst_cosine_not_a_perfect_one():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from runtime import path_choice as pc
-from runtime.path_choice import AMX, AVX2, AVX512_BF16, VNNI, Path
+from vlm_vision_onnx.runtime import path_choice as pc
+from vlm_vision_onnx.runtime.path_choice import AMX, AVX2, AVX512_BF16, VNNI, Path
 
 
 def manifest(**accuracy) -> dict:
@@ -134,8 +134,8 @@ def test_embed_says_which_path_ran(every_variant_packages, tmp_path, capsys):
 
     import numpy as np
 
-    from runtime.__main__ import main
-    from runtime.sample_photos import write
+    from vlm_vision_onnx.runtime.__main__ import main
+    from vlm_vision_onnx.runtime.sample_photos import write
 
     tiny_package = every_variant_packages["qwen3-vl"]
     photos = write(tmp_path / "photos")
@@ -226,7 +226,7 @@ def test_a_size_bound_not_recorded_keeps_the_variant_out_of_sized_calls():
 
 
 def test_measured_pixels_reads_the_layouts_and_the_photos():
-    from families import family
+    from vlm_vision_onnx.families import family
 
     qwen = family("qwen3-vl")
     metadata = {"patch_dim": "1536"}  # 3 x 2 x 16 x 16: patch 16
@@ -263,7 +263,7 @@ def test_embed_chooses_for_its_largest_photo(every_variant_packages, tmp_path, c
 
     from PIL import Image
 
-    from runtime.__main__ import main
+    from vlm_vision_onnx.runtime.__main__ import main
 
     package = tmp_path / "package"
     shutil.copytree(every_variant_packages["qwen3-vl"], package)

@@ -4,8 +4,8 @@ and token counts, and one UsageError for every pack the processor could not prod
 import numpy as np
 import pytest
 
-from core.errors import UsageError
-from families.phi4_mm import crops, layouts, preprocess
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families.phi4_mm import crops, layouts, preprocess
 
 # Original sizes (height, width): square, wide, tall, padded rows / columns (odd and even), 9 crops in a row.
 SIZES = [(448, 448), (896, 896), (500, 1000), (1000, 500), (610, 500), (1670, 300), (300, 4000)]

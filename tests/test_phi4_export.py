@@ -13,10 +13,10 @@ from builders import onnx_export
 from builders.config import load_config
 from builders.phi4_mm import family
 from builders.phi4_mm.model import ImageFeatures
-from core import onnx_io, session
-from core.parity import compare
-from families.phi4_mm import crops, layouts, spec
 from tests.conftest import single_error
+from vlm_vision_onnx.core import onnx_io, session
+from vlm_vision_onnx.core.parity import compare
+from vlm_vision_onnx.families.phi4_mm import crops, layouts, spec
 
 PATHS = {"torchscript": onnx_export.export_torchscript, "dynamo": onnx_export.export_dynamo}
 CONFIG = load_config("phi-4-mm-tiny")

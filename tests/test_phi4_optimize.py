@@ -10,11 +10,11 @@ import pytest
 
 from builders.config import load_config
 from builders.phi4_mm import family
-from core import onnx_io, session
-from core.parity import compare
-from families.phi4_mm import crops, layouts, spec
 from quantize.passes import gemm_to_matmul, ort_transformer, unfuse_skip_layer_norm
 from tests.conftest import export_phi4_tiny
+from vlm_vision_onnx.core import onnx_io, session
+from vlm_vision_onnx.core.parity import compare
+from vlm_vision_onnx.families.phi4_mm import crops, layouts, spec
 
 # The model: conftest.export_phi4_tiny(layers=3). Two encoder layers run (of 3; features from the second-last):
 # ORT's fusion skips the first layer, whose residual is the embedding sum, so the second one must fuse.

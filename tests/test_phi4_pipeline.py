@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from families import PHI4_MM
-from runtime import __main__ as runtime_cli
 from tests import builds
 from tests.conftest import single_error
+from vlm_vision_onnx.families import PHI4_MM
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from core import static_graph
-from core.parity import compare
-from core.session import open_session
-from families.phi4_mm import layouts
-from runtime import npu
 from tests import builds
 from tests.conftest import export_phi4_tiny, single_error
+from vlm_vision_onnx.core import static_graph
+from vlm_vision_onnx.core.parity import compare
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families.phi4_mm import layouts
+from vlm_vision_onnx.runtime import npu
 
 SIZE, IMAGE = "600x250", [[250, 600]]  # 1 x 2 HD crops + the global one; 27 of 32 patch rows real
 STATIC = builds.export("phi-4-mm-tiny", "--static", SIZE)
@@ -84,7 +84,7 @@ def static_qnn():
 @pytest.mark.parametrize("stage", ["qnn", "fp16"])
 def test_every_node_on_the_htp(static_qnn, tmp_path, capsys, stage):
     """quantize qnn and quantize fp16 (`--outliers off`) of the static export (builds.stage), then npu-check."""
-    from runtime import __main__ as runtime_cli
+    from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
     variant = static_qnn if stage == "qnn" else builds.path(STATIC_FP16)
     report = tmp_path / "npu.json"
@@ -109,8 +109,8 @@ def phi_dist():
 def test_a_package_ships_and_verifies_the_phi4_bucket(phi_dist, capsys):
     """The bucket records its crop layout under the names `runtime embed` writes (image_size: the HD canvas, 1 x 2
     crops of 448; num_crops with the global one), and `runtime verify` runs each file at its size."""
-    from runtime import __main__ as runtime_cli
-    from runtime import buckets
+    from vlm_vision_onnx.runtime import __main__ as runtime_cli
+    from vlm_vision_onnx.runtime import buckets
 
     config = json.loads((phi_dist / "config.json").read_text())
     assert config[buckets.KEY] == [
@@ -133,10 +133,10 @@ def test_embed_qnn_runs_a_phi4_bucket(phi_dist, tmp_path, capsys):
     features of the QDQ file, at its floor against the CPU EP's run of the fp32 file on the same resized pixels."""
     from PIL import Image
 
-    from core import onnx_io, session
-    from core.parity import min_token_cosine
-    from families.phi4_mm import static_inputs
-    from runtime import __main__ as runtime_cli
+    from vlm_vision_onnx.core import onnx_io, session
+    from vlm_vision_onnx.core.parity import min_token_cosine
+    from vlm_vision_onnx.families.phi4_mm import static_inputs
+    from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
     skimage_data = pytest.importorskip("skimage.data")
     rgb = skimage_data.chelsea()

@@ -10,10 +10,10 @@ input is the pillow image of each file with the EXIF orientation applied; it mak
 import numpy as np
 import pytest
 
-from core.errors import UsageError
-from families.phi4_mm import preprocess as phi4_mm
-from runtime import images
 from tests.support import MODES, PHOTOS, SIZES, reference_image, shared_images
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families.phi4_mm import preprocess as phi4_mm
+from vlm_vision_onnx.runtime import images
 
 KEYS = {"pixel_values": "image_pixel_values", "image_attention_mask": "image_attention_mask",
         "image_sizes": "image_sizes"}

@@ -22,13 +22,13 @@ from PIL import Image
 from transformers.image_utils import load_image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from core.errors import UsageError
-from families.qwen_vl import preprocess as qwen3_vl
-from families.qwen_vl import processor_files
-from families.qwen_vl.generations import QWEN2_VL
-from families.qwen_vl.layouts import MAX_PIXELS, MIN_PIXELS
-from runtime import images
 from tests.support import MODES, PHOTOS, SIZES, _pixels, reference_image, shared_images
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families.qwen_vl import preprocess as qwen3_vl
+from vlm_vision_onnx.families.qwen_vl import processor_files
+from vlm_vision_onnx.families.qwen_vl.generations import QWEN2_VL
+from vlm_vision_onnx.families.qwen_vl.layouts import MAX_PIXELS, MIN_PIXELS
+from vlm_vision_onnx.runtime import images
 
 #: Configs beside Qwen3-VL's: Qwen2-VL's published settings, and a checkpoint's file as older transformers wrote it
 #: (min_pixels / max_pixels keys beside size, bilinear, rescale off: the normalisation then sees 0..255).

@@ -13,10 +13,10 @@ import json
 import numpy as np
 import pytest
 
-from core.errors import UsageError
-from families.qwen_vl import preprocess_video as qwen3_vl_video
-from runtime import images
 from tests.support import reference, write_frames
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families.qwen_vl import preprocess_video as qwen3_vl_video
+from vlm_vision_onnx.runtime import images
 
 # (frames, height, width): even and odd frame counts, odd sizes, tall and wide, below the minimum
 VIDEOS = [(4, 224, 224), (3, 37, 53), (2, 300, 500), (5, 480, 640), (6, 1000, 30), (4, 512, 384)]

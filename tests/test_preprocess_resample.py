@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from families.resample import resize_bicubic, resize_uint8_aa
+from vlm_vision_onnx.families.resample import resize_bicubic, resize_uint8_aa
 
 SIZES = [  # (in h, in w, out h, out w): down, up, one side unchanged, extreme aspect ratios
     (300, 400, 224, 288), (37, 53, 64, 96), (1000, 1, 320, 32), (480, 640, 448, 608),

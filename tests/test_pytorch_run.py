@@ -8,7 +8,7 @@ import torch
 
 from builders import family as family_builder
 from builders.config import CONFIG_DIR, load_config
-from core.parity import min_token_cosine
+from vlm_vision_onnx.core.parity import min_token_cosine
 
 TINY = sorted(path.stem for path in CONFIG_DIR.glob("*-tiny.yaml"))
 

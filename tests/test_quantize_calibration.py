@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import yaml
 
-from core.errors import UsageError
-from families import PHI4_MM, QWEN3_VL
 from quantize import calibration
 from tests.support import digest
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families import PHI4_MM, QWEN3_VL
 
 pytest.importorskip("skimage.data", reason="scikit-image (dev extra) ships the calibration photos")
 

@@ -107,8 +107,8 @@ def test_bad_input_is_one_line_and_exit_2(tiny_exports, tmp_path, capsys, args, 
 def test_a_pass_that_breaks_parity_is_named_and_nothing_is_written(tiny_exports, tmp_path, monkeypatch):
     """The default checks only the saved model; when it fails, the passes run again one at a time at the failing
     layouts and the first one beyond tolerance is named."""
-    from core.errors import CheckFailed
     from quantize import optimize
+    from vlm_vision_onnx.core.errors import CheckFailed
 
     title, rotary = optimize.PASSES["rotary"]
 

@@ -10,14 +10,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core import onnx_io, parity
-from core.errors import CheckFailed
-from core.session import open_session
 from quantize import __main__ as cli
 from quantize import fp16, fp16_emulation, fp16_plan, outlier_check, outliers, quantizers, stage
 from quantize.passes import elem_types, float16
 from tests import builds
 from tests.conftest import single_error
+from vlm_vision_onnx.core import onnx_io, parity
+from vlm_vision_onnx.core.errors import CheckFailed
+from vlm_vision_onnx.core.session import open_session
 
 RUNS = ("validation", "cpu_execution_provider")
 
@@ -272,8 +272,8 @@ def test_nonfinite_is_a_failed_check():
 def test_package_ships_fp16_variant(fp16_stage, tiny_exports, tiny_optimized, tmp_path, capsys):
     """`python -m release package` ships the fp16 stage as onnx/vision_encoder_fp16.onnx, lists every variant in
     config.json, and `runtime verify` runs it."""
-    from release import __main__ as release_cli
-    from runtime import __main__ as runtime_cli
+    from vlm_vision_onnx.release import __main__ as release_cli
+    from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
     build = tmp_path / "build" / "qwen3-vl-tiny"
     for name, folder in (("export", tiny_exports["torchscript"]), ("optimized", tiny_optimized), ("fp16", fp16_stage)):

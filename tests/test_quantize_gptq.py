@@ -9,10 +9,10 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization.neural_compressor.weight_only import gptq as ort_gptq
 from onnxruntime.quantization.neural_compressor.weight_only import qdq_tensor
 
-from core import parity
-from core.session import open_session
 from quantize import __main__ as cli
 from quantize import calibration, gptq
+from vlm_vision_onnx.core import parity
+from vlm_vision_onnx.core.session import open_session
 
 RNG = np.random.default_rng(0)
 

@@ -10,14 +10,14 @@ import onnx_ir as ir
 import pytest
 
 from bench import int8_cpus
-from core import cpu, machine
-from core import session as core_session
-from core.session import open_session
-from families import QWEN3_VL, validation
 from quantize import __main__ as cli
 from quantize import quantizers
 from tests import support
 from tests.conftest import single_error
+from vlm_vision_onnx.core import cpu, machine
+from vlm_vision_onnx.core import session as core_session
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import QWEN3_VL, validation
 
 LINEAR_LAYERS = 4 * support.DEPTH + 2 * 3  # qkv, proj, fc1, fc2 per block; fc1, fc2 per merger (1 + 2 deepstack)
 OUTPUTS = {"image_features", "deepstack_embeds_0", "deepstack_embeds_1"}

@@ -7,13 +7,13 @@ from functools import partial
 import numpy as np
 import pytest
 
-from core import onnx_io
-from core import parity as metrics
-from core.session import open_session
-from families import QWEN3_VL
-from families import validation as layouts_mod
 from quantize import __main__ as cli
 from quantize import outlier_channels, outlier_check, quantizers
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import QWEN3_VL
+from vlm_vision_onnx.families import validation as layouts_mod
 
 PROBES = ("export example", "pack image + video t=2 + image")
 

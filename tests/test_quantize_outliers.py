@@ -6,11 +6,11 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from core import onnx_io, taps
-from core.session import open_session
-from families import QWEN3_VL
 from quantize import outlier_check, outliers, quantizers, stage
 from tests import support
+from vlm_vision_onnx.core import onnx_io, taps
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import QWEN3_VL
 
 
 @pytest.fixture(scope="module")

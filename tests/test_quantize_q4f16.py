@@ -12,8 +12,8 @@ from onnx import TensorProto, numpy_helper
 
 from quantize import __main__ as cli
 from quantize import q4f16
-from runtime import __main__ as runtime_cli
 from tests.conftest import single_error
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
 RUNS = ("validation", "cpu_execution_provider")
 

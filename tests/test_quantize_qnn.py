@@ -10,8 +10,8 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import calibrate
 
-from core.onnx_io import metadata
 from quantize import qnn
+from vlm_vision_onnx.core.onnx_io import metadata
 
 
 def test_the_early_reductions_leave_the_qdq_model_as_it_was(tiny_static, tmp_path, monkeypatch):

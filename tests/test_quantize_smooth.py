@@ -11,12 +11,12 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core import onnx_io, parity
-from core.session import open_session
-from families import PHI4_MM, QWEN3_VL, validation
 from quantize import calibration
 from quantize.passes import smooth_activations as smooth
 from tests import support
+from vlm_vision_onnx.core import onnx_io, parity
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families import PHI4_MM, QWEN3_VL, validation
 
 TOLERANCE = 1e-5
 WIDTH, OUTLIER, OUTLIER_GAIN = 32, 3, 400.0
@@ -154,10 +154,10 @@ def test_phi4_tiny_is_unchanged_at_every_layout(tmp_path):
     """Three layers of the tiny Phi-4 config (the second-last feeds the features): ORT fuses the second
     layer's attention, so a LayerNorm that feeds Attention's qkv weight is smoothed too."""
     from builders.phi4_mm import family
-    from families.phi4_mm import layouts as phi_layouts
-    from families.phi4_mm import spec
     from quantize.passes import gemm_to_matmul, ort_transformer
     from tests.conftest import export_phi4_tiny
+    from vlm_vision_onnx.families.phi4_mm import layouts as phi_layouts
+    from vlm_vision_onnx.families.phi4_mm import spec
 
     config, embed, proto = export_phi4_tiny(layers=3)
     metadata = {k: str(v) for k, v in family.metadata(embed, phi_layouts.EXAMPLE_IMAGES).items()}

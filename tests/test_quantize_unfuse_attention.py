@@ -13,13 +13,13 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core import onnx_io
-from core.session import open_session
-from families.phi4_mm import crops, spec
 from quantize import __main__ as quantize_cli
 from quantize import stage
 from quantize.passes import unfuse_attention
 from tests import builds, support
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families.phi4_mm import crops, spec
 
 PARITY = 1e-5
 

@@ -21,15 +21,15 @@ from builders.qwen_vl import layouts
 from builders.qwen_vl.family import BUILDERS
 from builders.qwen_vl.model import VisionEncoder, build_random, reference_outputs
 from builders.qwen_vl.patcher import WINDOW_ATTR
-from core import onnx_io, session
-from families.qwen_vl.generations import GENERATIONS
-from families.qwen_vl.layouts import window_packs
 from quantize import __main__ as quantize_cli
-from release import __main__ as release_cli
-from runtime import __main__ as runtime_cli
 from tests import builds
 from tests.conftest import single_error
 from tests.support import RANDOM_PACKS, assert_cases_within_tolerance, quadratic_tensors, runtime_shapes
+from vlm_vision_onnx.core import onnx_io, session
+from vlm_vision_onnx.families.qwen_vl.generations import GENERATIONS
+from vlm_vision_onnx.families.qwen_vl.layouts import window_packs
+from vlm_vision_onnx.release import __main__ as release_cli
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
 
 def tiny_configs() -> dict[str, str]:
@@ -104,7 +104,7 @@ def test_export_report_passes_every_case(exports, name, path):
 def test_torch_free_layouts_size_the_window_packs_from_the_metadata():
     """A model's `window_patches` sizes its partial-window packs; an export older than the key has the published
     8 x 8 windows; a generation without windows has none."""
-    from families import FAMILIES
+    from vlm_vision_onnx.families import FAMILIES
 
     def window_cases(family: str, metadata: dict) -> dict:
         return {case: layout["grid_thw"] for case, layout in FAMILIES[family].default_layouts(metadata)
@@ -289,8 +289,8 @@ def test_openvino_first_inference_per_shape_needs_the_if_taps(packages):
     Qwen2-VL encoder's first inference at a new shape is wrong; with the If outputs tapped it equals ONNX Runtime.
     When the first assertion fails, OpenVINO has fixed it: drop the taps and this test."""
     openvino = pytest.importorskip("openvino")
-    from core import openvino_session
-    from runtime import smoke
+    from vlm_vision_onnx.core import openvino_session
+    from vlm_vision_onnx.runtime import smoke
 
     folder = packages["qwen2-vl-tiny"]
     path = folder / "onnx" / "vision_encoder.onnx"

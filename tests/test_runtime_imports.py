@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NEVER = {"torch", "transformers", "onnx", "ml_dtypes", "onnx_ir", "onnxscript", "sympy", "scipy"}
 PROBE = """
 import json, sys
-from runtime import __main__ as cli
+from vlm_vision_onnx.runtime import __main__ as cli
 code = cli.main(sys.argv[1:])
 print(json.dumps({"code": code, "modules": sorted({m.split(".")[0] for m in sys.modules})}))
 """

@@ -53,8 +53,22 @@ def test_runtime_venv_has_no_torch_and_keeps_the_applications_versions(venv, tmp
     assert set(BESIDE) <= set(listed) and any(line.startswith("onnxruntime==") for line in listed)
     assert not [line for line in listed if line.startswith(("torch==", "torchvision==", "transformers=="))]
     assert any(line.startswith("vlm-vision-onnx==") for line in listed)  # the wheel, not an editable checkout
-    done = run(venv, "-c", "import runtime; print(runtime.__file__)", cwd=tmp_path)
+    done = run(venv, "-c", "import vlm_vision_onnx.runtime as r; print(r.__file__)", cwd=tmp_path)
     assert "site-packages" in done.stdout, done.stdout
+
+
+def test_the_wheel_claims_no_generic_top_level_name(venv, tmp_path):
+    """The wheel's import packages: the three stages the design names and the project's own name, nothing generic
+    (`core`, `runtime`, `release`, `families` live under vlm_vision_onnx; the checkout's runtime/ and release/ shims
+    are not shipped)."""
+    check = ("from importlib import metadata; d = metadata.distribution('vlm-vision-onnx'); "
+             "print(sorted({f.parts[0] for f in d.files if f.suffix == '.py'}))")
+    done = run(venv, "-c", check, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['builders', 'quantize', 'surgery', 'vlm_vision_onnx']"
+    for name in ("core", "runtime", "release", "families"):
+        done = run(venv, "-c", f"import {name}", cwd=tmp_path)
+        assert f"No module named '{name}'" in done.stderr, (name, done.stderr)
 
 
 def test_model_names_resolve_from_the_wheel(venv, tmp_path):
@@ -90,7 +104,7 @@ def test_verify_and_embed_without_torch_or_transformers(venv, qwen_dist, tmp_pat
     Image.new("RGB", (300, 200), (200, 30, 40)).save(tmp_path / "red.png")
     Image.new("L", (97, 301), 128).save(tmp_path / "gray.png")
     out = tmp_path / "embeddings.npz"
-    done = run(venv, "-m", "runtime", "embed", str(tmp_path / "red.png"), str(tmp_path / "gray.png"),
+    done = run(venv, "-m", "vlm_vision_onnx.runtime", "embed", str(tmp_path / "red.png"), str(tmp_path / "gray.png"),
                "--package", str(archive), "--out", str(out), "--threads", "1", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     check = ("import numpy as np, sys; d = np.load(sys.argv[1]); "
@@ -103,7 +117,7 @@ def test_verify_and_embed_without_torch_or_transformers(venv, qwen_dist, tmp_pat
     lines = done.stdout.splitlines()
     assert lines[0] == "['image_0', 'image_1']" and lines[-1] == "False"
     # each image's tokens follow the processor's grid (both sizes are scaled up to its minimum pixel count)
-    from families.qwen_vl.layouts import smart_resize
+    from vlm_vision_onnx.families.qwen_vl.layouts import smart_resize
 
     for line, (w, h) in zip(lines[1:3], [(300, 200), (97, 301)]):
         rh, rw = smart_resize(h, w, 32)

@@ -150,7 +150,7 @@ def test_window_lowering_in_standard_ops(window):
 def test_window_lowering_runs_in_openvino(window, tmp_path):
     """OpenVINO (f32) on the windows batched, cut windows and packs alike: its CPU plugin refuses an If whose
     output has no static rank, which ops inside the branch easily give it."""
-    from core.openvino_session import OpenVINOSession
+    from vlm_vision_onnx.core.openvino_session import OpenVINOSession
 
     heads, width, scale = 4, 32, 0.125
     path = tmp_path / "window.onnx"

@@ -7,8 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from core import session
-from core.errors import UsageError
+from vlm_vision_onnx.core import session
+from vlm_vision_onnx.core.errors import UsageError
 
 
 def test_a_feed_off_a_declared_static_dim_is_refused(tmp_path):

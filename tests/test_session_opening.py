@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.session_opening import SessionOpening
+from vlm_vision_onnx.runtime.session_opening import SessionOpening
 
 
 @dataclass(frozen=True)

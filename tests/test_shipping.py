@@ -8,11 +8,11 @@ from onnx import TensorProto, helper
 
 from bench import shipped, sweep
 from builders.config import load_config
-from core.errors import UsageError
-from families import FAMILIES
-from families.qwen_vl.generations import GENERATIONS
-from families.shipping import DEFAULT_FLAGS, GenaiType, Shipping
 from quantize import __main__ as quantize_cli
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families import FAMILIES
+from vlm_vision_onnx.families.qwen_vl.generations import GENERATIONS
+from vlm_vision_onnx.families.shipping import DEFAULT_FLAGS, GenaiType, Shipping
 
 NAMES = list(FAMILIES)
 

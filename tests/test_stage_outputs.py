@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from core import parity, stage_outputs
-from core.session import open_session
 from quantize import __main__ as cli
 from quantize import stage
+from vlm_vision_onnx.core import parity, stage_outputs
+from vlm_vision_onnx.core.session import open_session
 
 
 def _model(folder, scale: float):

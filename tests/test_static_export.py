@@ -9,12 +9,12 @@ import numpy as np
 import onnx
 import pytest
 
-from core import static_graph
-from core.parity import compare
-from core.session import open_session
-from families.static_size import StaticSize
 from tests.builds import TINY_STATIC
 from tests.conftest import single_error
+from vlm_vision_onnx.core import static_graph
+from vlm_vision_onnx.core.parity import compare
+from vlm_vision_onnx.core.session import open_session
+from vlm_vision_onnx.families.static_size import StaticSize
 
 CASES = [(model, size) for model, sizes in TINY_STATIC.items() for size in sizes]
 

@@ -3,7 +3,7 @@
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from core import static_graph
+from vlm_vision_onnx.core import static_graph
 
 
 def _model(nodes, inputs, outputs, inits=()):

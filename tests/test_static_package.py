@@ -16,16 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core import onnx_io, session
-from core import parity as metrics
-from core.errors import UsageError
-from release import stages
-from release.package import package, sums_text
-from runtime import __main__ as runtime_cli
-from runtime import buckets, npu, path_choice
-from runtime.verify import sha256
 from tests import builds
 from tests.conftest import single_error
+from vlm_vision_onnx.core import onnx_io, session
+from vlm_vision_onnx.core import parity as metrics
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.release import stages
+from vlm_vision_onnx.release.package import package, sums_text
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
+from vlm_vision_onnx.runtime import buckets, npu, path_choice
+from vlm_vision_onnx.runtime.verify import sha256
 
 NAME = "qwen3-vl-tiny"
 QNN_REASON = npu.unavailable()
@@ -307,8 +307,8 @@ def test_embed_qnn_keeps_the_compiled_graph_for_the_next_run(static_dist, photo_
 def test_embed_qnn_equals_the_cpu_ep_on_photos(static_dist, photo_files, tmp_path, capsys):
     """Each photo at its bucket on the HTP (QDQ) against the CPU EP's run of the same file on the same resized pixels:
     within the QDQ floor (the simulator computes what the quantized graph says: in practice equal to 1e-4)."""
-    from families.qwen_vl import static_inputs
-    from runtime.images import load_rgb
+    from vlm_vision_onnx.families.qwen_vl import static_inputs
+    from vlm_vision_onnx.runtime.images import load_rgb
 
     out = tmp_path / "emb.npz"
     code, stdout, err = embed([*photo_files, "--package", static_dist, "--engine", "qnn", "--out", out], capsys)

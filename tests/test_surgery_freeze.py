@@ -4,11 +4,11 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from core.errors import CheckFailed
 from surgery import examples as ex
 from surgery.cli import main
 from surgery.freeze import freeze, non_static, verify
 from surgery.probe import probe_feeds
+from vlm_vision_onnx.core.errors import CheckFailed
 
 
 def test_symbolic_batch_frozen_at_4():

@@ -6,9 +6,9 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from core.errors import UsageError
 from surgery.grid import Emitter, Grid, Mono, parse_grid
 from surgery.run import run
+from vlm_vision_onnx.core.errors import UsageError
 
 
 def test_mono_algebra():

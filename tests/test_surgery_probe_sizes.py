@@ -4,11 +4,11 @@ import onnx
 import onnx_ir as ir
 import pytest
 
-from core.errors import UsageError
 from surgery import examples as ex
 from surgery.cli import main
 from surgery.probe import probe_feeds
 from surgery.probe_sizes import guess_shapes, other_sizes
+from vlm_vision_onnx.core.errors import UsageError
 
 
 def test_first_guess_that_runs_is_taken_and_said():

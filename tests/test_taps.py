@@ -6,8 +6,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core import taps
 from quantize.outlier_channels import channel_peaks
+from vlm_vision_onnx.core import taps
 
 
 @pytest.mark.parametrize("opset", [17, 18])

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core import parity
-from core.errors import UsageError
 from tools import transformers_js
+from vlm_vision_onnx.core import parity
+from vlm_vision_onnx.core.errors import UsageError
 
 _missing = transformers_js.node_missing() or transformers_js.chromium_missing()
 pytestmark = pytest.mark.skipif(_missing is not None, reason=f"transformers.js in a browser needs: {_missing}")

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from families import validation
+from vlm_vision_onnx.families import validation
 
 
 def layouts(*names):
@@ -32,8 +32,8 @@ def test_report_layouts_out_of_range_are_refused(tmp_path):
 
     import pytest
 
-    from core.errors import UsageError
-    from families import family
+    from vlm_vision_onnx.core.errors import UsageError
+    from vlm_vision_onnx.families import family
 
     qwen = family("qwen3-vl")
     (tmp_path / "model.onnx").write_bytes(b"")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from release import stages
-from release.variants import ALWAYS, BY_STAGE, QUANTIZED, VARIANTS, package_path
+from vlm_vision_onnx.release import stages
+from vlm_vision_onnx.release.variants import ALWAYS, BY_STAGE, QUANTIZED, VARIANTS, package_path
 
 ROOT = Path(__file__).resolve().parents[1]
 NEEDS_MAKE = pytest.mark.skipif(shutil.which("make") is None, reason="needs make to read the Makefile")

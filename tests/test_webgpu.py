@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import __main__ as runtime_cli
-from runtime import webgpu
 from tests import builds
 from tests.conftest import EVERY_VARIANT, every_variant_package, single_error
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
+from vlm_vision_onnx.runtime import webgpu
 
 HOME = Path(__file__).resolve().parents[1] / webgpu.DEFAULT_HOME
 VARIANTS = ["fp32", "fp16", "int8", "q4", "q4f16"]

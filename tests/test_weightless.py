@@ -9,10 +9,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from core.errors import UsageError
-from core.parity import min_token_cosine
 from tests import builds
 from tools import weightless
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.parity import min_token_cosine
 
 
 def _matmul_model(weight: np.ndarray, path: Path, dtype=np.float32) -> Path:
@@ -134,7 +134,7 @@ def test_gpu_bench_prepares_the_tiny_build_and_loads_its_weights_into_pytorch(tm
     """bench.gpu_webgpu's CPU side on the tiny Qwen3-VL build: prepare, rebuild, PyTorch's tower with the rebuilt
     fp32's weights equal to ONNX Runtime's fp32 (the race's reference), the rebuilt q4f16 near it."""
     from bench import gpu_webgpu
-    from families import family
+    from vlm_vision_onnx.families import family
 
     build = builds.assemble(builds.every_variant(builds.QWEN3_VL), tmp_path / "build" / "qwen3-vl-tiny")
     gpu_webgpu.prepare(build, tmp_path / "prep")
@@ -142,7 +142,7 @@ def test_gpu_bench_prepares_the_tiny_build_and_loads_its_weights_into_pytorch(tm
     assert prepared["config"] == "qwen3-vl-tiny"
     assert (tmp_path / "prep" / "processor" / "preprocessor_config.json").is_file()
     models = weightless.rebuild(tmp_path / "prep", tmp_path / "models")
-    from core import onnx_io
+    from vlm_vision_onnx.core import onnx_io
 
     metadata = onnx_io.metadata(models["fp32"])
     fam = family("qwen3-vl")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from runtime import sample_photos
+from vlm_vision_onnx.runtime import sample_photos
 
 #: (width, height) the photos are resized to, in turn
 SIZES = [(448, 448), (320, 240), (240, 320), (500, 375), (256, 256), (640, 480), (200, 150), (123, 457),

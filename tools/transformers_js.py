@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from core import parity
-from core.errors import UsageError
-from core.progress import say
+from vlm_vision_onnx.core import parity
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.progress import say
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 NODE_FILES = ("package.json", "package-lock.json", "embed.mjs", "example.mjs")
@@ -55,7 +55,7 @@ def install(folder: Path) -> Path:
 
 def write_photos(folder: Path) -> dict[str, Path]:
     """{name: PNG} of the sample photos and EXTRA, written to `folder`."""
-    from runtime import sample_photos
+    from vlm_vision_onnx.runtime import sample_photos
 
     sample_photos.write(folder / "photos")
     found = {p.stem: p for p in sorted((folder / "photos").glob("*.png"))}
@@ -75,7 +75,7 @@ def run_node(node: Path, package: Path, encoder: str, calls: list[list[Path]], o
                *[",".join(str(p.resolve()) for p in call) for call in calls]]
     env = None
     if webgpu is not None:
-        from runtime.webgpu import in_env
+        from vlm_vision_onnx.runtime.webgpu import in_env
 
         command, env = in_env(webgpu, command), {**os.environ, "ORT_DEVICE": "webgpu"}
     done = subprocess.run(command, cwd=node, capture_output=True, text=True, check=False, env=env)
@@ -92,7 +92,7 @@ def run_node(node: Path, package: Path, encoder: str, calls: list[list[Path]], o
 def run_python(package: Path, variant: str, call: list[Path], out: Path) -> dict:
     """`python -m runtime embed` of one call's images: {grid_thw: [[t, h, w]...], outputs: {name: rows of all
     entries, in call order}} and the processor's pixel_values (transformers' Python processor)."""
-    from runtime import __main__ as runtime_cli
+    from vlm_vision_onnx.runtime import __main__ as runtime_cli
 
     npz = out / "python.npz"
     code = runtime_cli.main(["embed", *map(str, call), "--package", str(package), "--variant", variant,

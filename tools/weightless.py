@@ -44,8 +44,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from core import staging
-from core.errors import UsageError
+from vlm_vision_onnx.core import staging
+from vlm_vision_onnx.core.errors import UsageError
 
 #: Float32 initializers with at least this many elements are sources (reseeded and regenerated).
 MIN_ELEMENTS = 65536

@@ -15,9 +15,9 @@ from builders.config import ModelConfig
 from builders.onnx_export import IOSpec
 from builders.phi4_mm.model import ImageFeatures, build_from_checkpoint, build_random, reference_outputs
 from builders.phi4_mm.static_model import StaticImageFeatures, fixed_inputs
-from core.errors import UsageError
-from families.phi4_mm import FAMILY, crops, layouts, spec
-from families.static_size import StaticSize
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families.phi4_mm import FAMILY, crops, layouts, spec
+from vlm_vision_onnx.families.static_size import StaticSize
 
 NAME = "phi-4-mm"
 INPUT_NAMES = list(spec.INPUT_NAMES)

@@ -15,8 +15,8 @@ from builders import checkpoint as ckpt
 from builders.config import ModelConfig, check_values
 from builders.phi4_mm.hd_merge import patch_position_ids, token_sources
 from builders.phi4_mm.patcher import bidirectional_attention
-from core.errors import UsageError
-from families.phi4_mm import crops
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families.phi4_mm import crops
 
 # Where the image embedding lives in a Phi4MultimodalForCausalLM state dict.
 IMAGE_EMBED_PREFIXES = ("model.embed_tokens_extend.image_embed.",)

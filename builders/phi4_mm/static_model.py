@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from builders.phi4_mm.model import ImageFeatures
-from families.phi4_mm import crops
+from vlm_vision_onnx.families.phi4_mm import crops
 
 
 def fixed_inputs(images: list) -> dict[str, np.ndarray]:

@@ -22,10 +22,10 @@ from builders.qwen_vl.model import (
     reference_outputs,
 )
 from builders.qwen_vl.static_model import StaticVisionEncoder
-from core.errors import UsageError
-from families import FAMILIES
-from families.qwen_vl import contract
-from families.static_size import StaticSize
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.families import FAMILIES
+from vlm_vision_onnx.families.qwen_vl import contract
+from vlm_vision_onnx.families.static_size import StaticSize
 
 
 def patch_dim(visual) -> int:

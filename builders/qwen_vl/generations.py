@@ -17,8 +17,8 @@ from transformers.models.qwen2_vl import modeling_qwen2_vl
 from transformers.models.qwen3_5 import modeling_qwen3_5
 from transformers.models.qwen3_vl import modeling_qwen3_vl
 
-from families.qwen_vl import generations as declared
-from families.qwen_vl.generations import Generation
+from vlm_vision_onnx.families.qwen_vl import generations as declared
+from vlm_vision_onnx.families.qwen_vl.generations import Generation
 
 
 @dataclass(frozen=True)

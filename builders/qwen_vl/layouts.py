@@ -9,8 +9,13 @@ import numpy as np
 from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from families.qwen_vl.generations import QWEN3_VL, Generation
-from families.qwen_vl.layouts import SMOKE_SIZES, random_pixels, same_patch_count_layouts, synthetic_packs
+from vlm_vision_onnx.families.qwen_vl.generations import QWEN3_VL, Generation
+from vlm_vision_onnx.families.qwen_vl.layouts import (
+    SMOKE_SIZES,
+    random_pixels,
+    same_patch_count_layouts,
+    synthetic_packs,
+)
 
 
 def image_processor(patch: int, merge: int, temporal: int,

@@ -13,7 +13,7 @@ from builders.qwen_vl import grid, segment_attention, window_attention
 from builders.qwen_vl.generations import TORCH_GENERATIONS, TorchGeneration
 from builders.qwen_vl.patcher import CHUNK_ATTR, GRID_KWARG, WINDOW_ATTR, segment_attention_patch
 from builders.qwen_vl.segment_attention import CHUNK_ROWS
-from core.errors import UsageError
+from vlm_vision_onnx.core.errors import UsageError
 
 # Where the vision tower lives in a *ForConditionalGeneration state dict (transformers 5 layout first, then the
 # flat layout of older saves).

@@ -28,7 +28,7 @@ import onnx_ir as ir
 from onnxruntime.transformers.fusion_options import AttentionMaskFormat, FusionOptions
 from onnxruntime.transformers.optimizer import optimize_model
 
-from core import onnx_io
+from vlm_vision_onnx.core import onnx_io
 
 MODEL_TYPE = "vit"
 HOLD_OUT_BYTES = 1 << 16  # weights this large or larger never reach ORT's optimizer

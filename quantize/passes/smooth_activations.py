@@ -34,10 +34,10 @@ import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from core import onnx_io
-from core.errors import UsageError
-from core.session import open_session
 from quantize.passes import _rules
+from vlm_vision_onnx.core import onnx_io
+from vlm_vision_onnx.core.errors import UsageError
+from vlm_vision_onnx.core.session import open_session
 
 ALPHA = 0.5  # SmoothQuant's migration strength: 0 leaves activations, 1 moves all range into the weights
 CLAMP = (1e-3, 1e3)  # the scales' range: a dead or huge channel cannot blow up gamma or the weights

@@ -52,7 +52,7 @@ def table(results: list[dict]) -> str:
 
 def markdown(summary: dict, command: str) -> str:
     """bench/results/fuzz.md: the run's seed, size, limits, machine and the table of outcomes per command."""
-    from core import machine
+    from vlm_vision_onnx.core import machine
 
     results = summary["results"]
     findings = [r for r in results if bad(r)]

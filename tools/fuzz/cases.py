@@ -43,6 +43,8 @@ class Command:
     needs: tuple[str, ...] = field(default=())  # modules that must import (an extra), else the command is left out
 
 
+#: The runtime's and the release's command modules.
+RUNTIME, RELEASE = "vlm_vision_onnx.runtime.__main__", "vlm_vision_onnx.release.__main__"
 COMMANDS = [
     Command("surgery doctor", "surgery.cli", "model", lambda p: ["doctor", p["in"]], weight=3),
     Command("surgery audit", "surgery.cli", "model", lambda p: ["audit", p["in"]]),
@@ -64,25 +66,25 @@ COMMANDS = [
             weight=0.2),
     Command("quantize ov-int8", "quantize.__main__", "stage",
             lambda p: ["ov-int8", p["in"], p["out"], "--threads", "1"], weight=0.1, needs=("nncf",)),
-    Command("release package", "release.__main__", "build",
+    Command("release package", RELEASE, "build",
             lambda p: ["package", p["in"], "--dist", p["out"], "--threads", "1"], weight=0.5),
-    Command("runtime verify", "runtime.__main__", "package", lambda p: ["verify", p["in"], "--threads", "1"], weight=2),
-    Command("runtime verify (tarball)", "runtime.__main__", "tarball", lambda p: ["verify", p["in"], "--threads", "1"]),
-    Command("runtime embed (package)", "runtime.__main__", "package",
+    Command("runtime verify", RUNTIME, "package", lambda p: ["verify", p["in"], "--threads", "1"], weight=2),
+    Command("runtime verify (tarball)", RUNTIME, "tarball", lambda p: ["verify", p["in"], "--threads", "1"]),
+    Command("runtime embed (package)", RUNTIME, "package",
             lambda p: ["embed", p["photo"], "--package", p["in"], "--out", p["out"], "--threads", "1"],
             out="out.npz", weight=2),
-    Command("runtime embed (image)", "runtime.__main__", "image",
+    Command("runtime embed (image)", RUNTIME, "image",
             lambda p: ["embed", p["in"], "--package", p["package"], "--out", p["out"], "--threads", "1"],
             out="out.npz", weight=3),
-    Command("runtime embed (video)", "runtime.__main__", "video",
+    Command("runtime embed (video)", RUNTIME, "video",
             lambda p: ["embed", "--video", p["in"], "--package", p["package"], "--out", p["out"], "--threads", "1"],
             out="out.npz"),
-    Command("runtime embed-collection", "runtime.__main__", "image",
+    Command("runtime embed-collection", RUNTIME, "image",
             lambda p: ["embed-collection", p["package"], str(Path(p["in"]).parent), p["out"], "--scheduler",
                        "local", "--threads", "1"], weight=0.5, needs=("pyarrow",)),
-    Command("runtime encode", "runtime.__main__", "model",
+    Command("runtime encode", RUNTIME, "model",
             lambda p: ["encode", p["in"], "--inputs", p["npz"], "--out", p["out"], "--threads", "1"], out="out.npz"),
-    Command("runtime npu-check", "runtime.__main__", "model", lambda p: ["npu-check", p["in"]], weight=0.3,
+    Command("runtime npu-check", RUNTIME, "model", lambda p: ["npu-check", p["in"]], weight=0.3,
             needs=("onnxruntime_qnn",)),
     Command("builders.vision --config", "builders.vision", "config",
             lambda p: ["--config", p["in"], "--out", p["out"]], weight=0.4, needs=("torch",)),

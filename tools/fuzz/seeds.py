@@ -27,8 +27,8 @@ TINY = ("qwen3-vl-tiny", "phi-4-mm-tiny")
 
 def gather(dest: Path, stages: dict[str, Path], packages: dict[str, Path]) -> Path:
     """`dest` filled from {name: export folder} and {name: dist folder holding NAME/ and NAME.tar.gz}."""
-    from runtime import sample_photos
     from tools.photos import write_photos
+    from vlm_vision_onnx.runtime import sample_photos
 
     for sub in ("models", "stages", "packages", "configs", "checkpoints"):
         (dest / sub).mkdir(parents=True, exist_ok=True)
@@ -60,8 +60,8 @@ def make(dest: Path) -> Path:
     for name in TINY:
         build = work / "build" / name
         for command in ([sys.executable, "-m", "builders.vision", "--model", name, "--out", str(build / "export")],
-                        [sys.executable, "-m", "release", "package", str(build), "--dist", str(work / "dist"),
-                         "--threads", "1"]):
+                        [sys.executable, "-m", "vlm_vision_onnx.release", "package", str(build), "--dist",
+                         str(work / "dist"), "--threads", "1"]):
             print(f"[fuzz] seeds: {' '.join(command[2:4])} {name}", file=sys.stderr)
             subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
         stages[name], packages[name] = build / "export", work / "dist"
