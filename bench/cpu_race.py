@@ -13,9 +13,10 @@ case by case. Accuracy: min per-token cosine over every output against PyTorch f
 cycle of its widest fp32 FMA, AMX-BF16 and AMX-INT8 where present). OpenVINO's per-op profile (PERF_COUNT) of
 each OV path at the largest image case of at most 1024^2. The default path is what `runtime embed` runs
 (`runtime.path_choice` on the build's stage reports, at each case's image size). `--package DIR` adds the acceptance figure at each of
-`--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `python -m runtime embed` on 4 photos
-(no engine or variant option; in a venv holding `pip install .[runtime]` alone, as users install it:
-`tools.runtime_venv`, or `--runtime-python`; an untimed first round fills the page cache; each later run's features compared with that first run's, min per-token cosine, so a
+`--embed-sizes` (alone with `--sizes "" --video 0`): process wall time of `runtime embed` on 4 photos
+(no engine or variant option; in each of `--venvs`: the README's `.venv` that `make install` made, torch installed,
+and a venv holding `pip install .[runtime]` alone, as users install it: `tools.runtime_venv`, or `--runtime-python`;
+an untimed first round fills the page cache; each later run's features compared with that first run's, min per-token cosine, so a
 path whose repeated runs disagree shows; and every other path this CPU's class ranks, plus each INT8 variant, named explicitly where
 the package ships its variant, `embed_also`) against a PyTorch bf16 process that loads the same weights from a
 safetensors file and embeds the same 4 photos.
@@ -270,11 +271,32 @@ def stages(stderr: str) -> dict[str, float]:
     return {m[1]: float(m[2]) for m in map(STAGE_LINE.match, stderr.splitlines()) if m}
 
 
+#: Where the --package race runs `runtime embed` (`--venvs`): the README's `.venv` (what `make install` made: torch,
+#: transformers and onnx installed beside the runtime; `python -m runtime` from the checkout, as the README runs it)
+#: and a fresh `.[runtime]` venv (`tools.runtime_venv`: what `pip install 'vlm-vision-onnx[runtime]'` gives,
+#: `python -m vlm_vision_onnx.runtime` outside the checkout).
+VENVS = {"readme": ".venv (README: make install)", "runtime": ".[runtime] venv"}
+
+
+def runtime_commands(venvs: list[str], tmp: Path, runtime_python: Path | None) -> dict[str, tuple[list[str], Path]]:
+    """{venv label: (the `python -m ... runtime` prefix, working folder)} of each of `venvs` (VENVS' keys); the
+    `.[runtime]` venv is `runtime_python`, else made in `tmp`."""
+    found = {}
+    for venv in venvs:
+        if venv == "readme":
+            found[VENVS[venv]] = ([str(ROOT / ".venv" / "bin" / "python"), "-m", "runtime"], ROOT)
+        else:
+            python = runtime_python or runtime_venv.make(tmp / "runtime-venv")
+            found[VENVS[venv]] = ([str(python), "-m", "vlm_vision_onnx.runtime"], tmp)
+    return found
+
+
 def embed_race(package: Path, config: str, seed: int, size: int, threads: int, reps: int, tmp: Path,
-               python: Path) -> dict:
-    """Process wall time of `python -m runtime embed` (the package's default path; run by `python`, a
-    `.[runtime]` venv's, outside the checkout) and of a PyTorch bf16 process (this venv's), both on EMBED_PHOTOS
-    resized to `size`; interleaved, `reps` rounds."""
+               runtimes: dict[str, tuple[list[str], Path]]) -> dict:
+    """Process wall time of `runtime embed` (the package's default path) in each of `runtimes` ({venv label:
+    (command prefix, working folder)}: `runtime_commands`) and of a PyTorch bf16 process (this venv's), all on
+    EMBED_PHOTOS resized to `size`; interleaved, `reps` rounds. The other paths (`embed_also`, named explicitly) run
+    in the first venv only: the venv changes the process's start-up, not its model's run."""
     from PIL import Image
 
     from quantize import calibration
@@ -288,13 +310,16 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
     if not weights.exists():
         subprocess.run([sys.executable, "-m", "bench.cpu_race_torch", "save", config, str(seed), str(weights)],
                        check=True, cwd=ROOT)
-    embed = [str(python), "-m", "vlm_vision_onnx.runtime", "embed", *photos, "--package", str(package.resolve()),
-             "--out", str(tmp / "embed.npz"), "--threads", str(threads), "--force"]
+    arguments = ["embed", *photos, "--package", str(package.resolve()), "--out", str(tmp / "embed.npz"), "--threads",
+                 str(threads), "--force"]
     venv_env = runtime_venv.environment()
     also = embed_also(json.loads((package / "manifest.json").read_text()), size)
+    defaults = {venv: f"runtime embed (default path) in {venv}" for venv in runtimes}
+    (first_venv, (first_prefix, first_cwd)), *_ = runtimes.items()
     commands = {  # (command, working folder, environment)
-        "runtime embed (default path)": (embed, tmp, venv_env),
-        **{f"runtime embed {' '.join(options)}": ([*embed, *options], tmp, venv_env) for options in also},
+        **{defaults[venv]: ([*prefix, *arguments], cwd, venv_env) for venv, (prefix, cwd) in runtimes.items()},
+        **{f"runtime embed {' '.join(options)} in {first_venv}": ([*first_prefix, *arguments, *options], first_cwd,
+                                                                  venv_env) for options in also},
         "PyTorch bf16 process": ([sys.executable, "-m", "bench.cpu_race_torch", "embed", config, str(weights),
                                   str(package), str(threads), *photos], ROOT, None),
     }
@@ -324,13 +349,14 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
                 else:
                     first[label] = features
     medians = {label: statistics.median(t) for label, t in times.items()}
-    return {"size": size, "photos": list(EMBED_PHOTOS), "threads": threads, "runtime_python": str(python),
+    torch_s = medians["PyTorch bf16 process"]
+    return {"size": size, "photos": list(EMBED_PHOTOS), "threads": threads,
+            "runtimes": {venv: " ".join(prefix) for venv, (prefix, _) in runtimes.items()},
             "times_s": times, "paths": lines, "repeat_min_token_cosine": agree,
-            "median_s": medians, "path_line": lines.get("runtime embed (default path)", ""),
+            "median_s": medians, "path_line": lines.get(defaults[first_venv], ""),
             "stages_s": {label: {stage: statistics.median(t) for stage, t in by_stage.items()}
                          for label, by_stage in stage_times.items()},
-            "speedup_vs_torch_bf16": round(medians["PyTorch bf16 process"] / medians["runtime embed (default path)"],
-                                           3)}
+            "speedup_vs_torch_bf16": {venv: round(torch_s / medians[label], 3) for venv, label in defaults.items()}}
 
 
 def _cell(r: dict, base: float | None) -> str:
@@ -391,8 +417,9 @@ def markdown(result: dict) -> str:
     for e in result.get("embed") or []:
         lines += [f"## Process wall time at {e['size']}x{e['size']}: `runtime embed` against a PyTorch bf16 process", "",
                   (f"{len(e['photos'])} photos at {e['size']}x{e['size']}, {e['threads']} thread(s), each command a "
-                   f"fresh process (`runtime embed` in a `.[runtime]` venv; PyTorch loads the same weights from "
-                   f"safetensors); {e['path_line']}"), "",
+                   "fresh process (`runtime embed` in "
+                   + "; ".join(f"{venv}: `{prefix} embed`" for venv, prefix in e["runtimes"].items())
+                   + f"; PyTorch loads the same weights from safetensors); {e['path_line']}"), "",
                   "| command | path | median s | x PyTorch bf16 | runs | runs agree (min cosine) |",
                   "|---|---|---:|---:|---|---:|"]
         torch_s = e["median_s"]["PyTorch bf16 process"]
@@ -402,7 +429,8 @@ def markdown(result: dict) -> str:
             lines.append(f"| {label} | {path} | {median:.2f} | {torch_s / median:.2f}x | "
                          f"{', '.join(f'{t:.2f}' for t in e['times_s'][label])} | "
                          f"{'' if repeat is None else f'{repeat:.6f}'} |")
-        lines += ["", f"`runtime embed` is **{e['speedup_vs_torch_bf16']:.2f}x** PyTorch bf16.", ""]
+        lines += ["", "`runtime embed` (default path) is " + ", ".join(
+            f"**{ratio:.2f}x** PyTorch bf16 in {venv}" for venv, ratio in e["speedup_vs_torch_bf16"].items()) + ".", ""]
         if any(e.get("stages_s", {}).values()):
             lines += stage_table(e)
     return "\n".join(lines)
@@ -418,9 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--package", type=Path, help="also time `runtime embed` on this package against PyTorch")
     parser.add_argument("--embed-sizes", default="1024",
                         help="square photo sides of the --package race, comma-separated (default 1024)")
+    parser.add_argument("--venvs", default="readme,runtime",
+                        help="where the --package race runs `runtime embed`, comma-separated: readme (the README's "
+                             ".venv, `python -m runtime` from the checkout), runtime (a `.[runtime]` venv: "
+                             "--runtime-python, else a fresh one made for the run); default both")
     parser.add_argument("--runtime-python", type=Path, metavar="PY",
-                        help="the python that runs `runtime embed` in the --package race (default: a fresh venv "
-                             "with `pip install .[runtime]` alone, what users install, made for the run)")
+                        help="the python of the `.[runtime]` venv (default: a fresh venv with `pip install "
+                             ".[runtime]` alone, what users install, made for the run)")
     parser.add_argument("--paths", help="only these paths, comma-separated labels (e.g. 'PyTorch fp32,PyTorch "
                                         "bf16,OV INT8': the memory of 2048^2); PyTorch fp32 gives the accuracy")
     parser.add_argument("--suffix", default="")
@@ -428,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = tuple(label.strip() for label in args.paths.split(",")) if args.paths else None
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    venvs = [v.strip() for v in args.venvs.split(",") if v.strip()]
+    if not venvs or set(venvs) - set(VENVS):
+        parser.error(f"--venvs: give some of {', '.join(VENVS)}, comma-separated; got {args.venvs!r}")
     if not sizes and not args.video and not args.package:
         parser.error("nothing to run: give --sizes, --video or --package")
     export = json.loads((args.build / "export" / "report.json").read_text())
@@ -450,9 +485,10 @@ def main(argv: list[str] | None = None) -> int:
                     r["tflops"] = encoder_flops(vision, r["grid_thw"]) / r["median_s"] / 1e12
             result["runs"][str(threads)] = run
         if args.package:  # --package alone (--sizes '' --video 0): the process race only
-            python = args.runtime_python or runtime_venv.make(Path(tmp) / "runtime-venv")
+            runtimes = runtime_commands(venvs, Path(tmp), args.runtime_python)
             result["embed"] = [embed_race(args.package, export["model"], export.get("seed", 0), int(size),
-                                          max(int(t) for t in args.threads.split(",")), args.reps, Path(tmp), python)
+                                          max(int(t) for t in args.threads.split(",")), args.reps, Path(tmp),
+                                          runtimes)
                                for size in args.embed_sizes.split(",") if size]
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     stem = "cpu-race" + (f"-{args.suffix}" if args.suffix else "")

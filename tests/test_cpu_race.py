@@ -1,6 +1,8 @@
 """bench.cpu_race's default path per case: what `runtime embed` runs at each case's image size (runtime.path_choice
 with the stage reports' measured sizes), and the table's bold cells."""
 
+from pathlib import Path
+
 import numpy as np
 
 from bench import cpu_race
@@ -85,3 +87,25 @@ def test_the_pytorch_process_prints_its_stages(tmp_path):
     e = {"median_s": {"PyTorch bf16 process": 10.0}, "stages_s": {"PyTorch bf16 process": stages}}
     row = next(line for line in cpu_race.stage_table(e) if line.startswith("| PyTorch"))
     assert row.endswith(f"| {10.0 - sum(stages.values()):.2f} |"), row
+
+
+def test_the_process_race_says_which_venv_ran_each_command(tmp_path):
+    """`--venvs readme,runtime`: the README's .venv runs `python -m runtime` from the checkout, a `.[runtime]` venv
+    (`--runtime-python`) `python -m vlm_vision_onnx.runtime` outside it; the table names the venv of every row and
+    the ratio of each."""
+    found = cpu_race.runtime_commands(["readme", "runtime"], tmp_path, Path("/venv/bin/python"))
+    assert found == {cpu_race.VENVS["readme"]: ([str(cpu_race.ROOT / ".venv/bin/python"), "-m", "runtime"],
+                                                cpu_race.ROOT),
+                     cpu_race.VENVS["runtime"]: (["/venv/bin/python", "-m", "vlm_vision_onnx.runtime"], tmp_path)}
+    readme, runtime = (f"runtime embed (default path) in {v}" for v in found)
+    e = {"size": 448, "photos": ["a"] * 4, "threads": 2, "path_line": "path: x",
+         "runtimes": {venv: " ".join(prefix) for venv, (prefix, _) in found.items()},
+         "median_s": {readme: 5.0, runtime: 4.0, "PyTorch bf16 process": 10.0},
+         "times_s": {readme: [5.0], runtime: [4.0], "PyTorch bf16 process": [10.0]},
+         "speedup_vs_torch_bf16": {venv: ratio for venv, ratio in zip(found, (2.0, 2.5))}}
+    result = {"model": "m", "command": "c", "machine": {"cpu": "x", "cores": 2, "memory_gib": 24}, "cpu_flags": [],
+              "started": "s", "finished": "f", "defaults": {}, "runs": {}, "embed": [e]}
+    text = cpu_race.markdown(result)
+    assert f"| {readme} |" in text and f"| {runtime} |" in text
+    assert f"**2.00x** PyTorch bf16 in {cpu_race.VENVS['readme']}" in text
+    assert f"**2.50x** PyTorch bf16 in {cpu_race.VENVS['runtime']}" in text
