@@ -21,6 +21,9 @@ Qwen3-VL's attention needs no pass: the export already runs it per frame as Mult
 a Loop (builders/qwen_vl/segment_attention.py), one per block, with no N x N tensor. Phi-4-multimodal's
 is fused by the ort pass into Attention WITH its key-padding mask (options from the family: head count
 and width from the metadata).
+OUT also keeps the saved model's outputs at the validation layouts (outputs.npz) and on the held-out photos
+(photo-outputs.npz, `quantize.photo_check`): every quantize stage reading OUT takes them as its fp32 reference
+(`core.stage_outputs`, fingerprinted) instead of running the 2B model again.
 """
 
 import gc
@@ -30,7 +33,7 @@ from pathlib import Path
 import onnx_ir as ir
 import onnxscript.optimizer
 
-from quantize import stage
+from quantize import photo_check, stage
 from quantize.options import StageRun
 from quantize.passes import (
     gemm_to_matmul,
@@ -146,7 +149,10 @@ def run(path: str | Path, out: Path, skip: set[str], context: StageRun, checks: 
             produced = parity.run_all(session, source.inputs)
             cases = parity.check_outputs([o.name for o in session.get_outputs()], source.layouts, produced,
                                          source.reference, source.tolerance)
-            del session
+        if all(c["ok"] for c in cases):
+            with step("run it on the held-out photos (the quantize stages' fp32 reference there)", timings):
+                photo_check.keep(tmp, tmp / "model.onnx", session, source.path)
+        del session
         gc.collect()
         passed = all(c["ok"] for c in cases)
         if not passed:

@@ -7,6 +7,8 @@ reference when, and only when, both fingerprints match what it would run:
 - the model: sha256 over model.onnx and its external data file (about 1 s per GB);
 - the inputs: sha256 over every feed's names, dtypes, shapes and bytes.
 Otherwise (another model, other layouts, no file, a file of another version) it runs the model itself.
+The optimize stage also keeps its outputs on the held-out photos every quantize stage compares on
+(`quantize.photo_check`, PHOTOS_FILE): the same file format and fingerprints under another name.
 
 File: numpy .npz with `model` and `inputs` (hex digests), `version`, and `o/<layout>/<output>` float arrays
 (ONNX Runtime's outputs in the model's output order). Not part of a release package.
@@ -22,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 FILE = "outputs.npz"
+#: The outputs on the held-out photos (quantize/photo_check.py), kept by the optimize stage.
+PHOTOS_FILE = "photo-outputs.npz"
 VERSION = 1
 _CHUNK = 1 << 24
 
@@ -52,22 +56,25 @@ def inputs_digest(inputs: list[dict[str, np.ndarray]]) -> str:
 
 
 def write(folder: str | os.PathLike, model_file: str | os.PathLike, inputs: list[dict[str, np.ndarray]],
-          outputs: list[list[np.ndarray]]) -> Path:
-    """Write folder/FILE: `outputs` (per feed of `inputs`, in output order) of the model at `model_file`."""
+          outputs: list[list[np.ndarray]], name: str = FILE) -> Path:
+    """Write folder/`name` (FILE or PHOTOS_FILE): `outputs` (per feed of `inputs`, in output order) of the model at
+    `model_file`."""
     folder = Path(folder)
     arrays = {f"o/{i}/{j}": np.asarray(o) for i, produced in enumerate(outputs) for j, o in enumerate(produced)}
-    fd, name = tempfile.mkstemp(prefix=f".{FILE}.", suffix=".npz", dir=folder)
+    fd, partial = tempfile.mkstemp(prefix=f".{name}.", suffix=".npz", dir=folder)
     os.close(fd)
-    with open(name, "wb") as f:
+    with open(partial, "wb") as f:
         np.savez(f, model=model_digest(model_file), inputs=inputs_digest(inputs), version=VERSION,
                  count=len(outputs), **arrays)
-    os.replace(name, folder / FILE)
-    return folder / FILE
+    os.replace(partial, folder / name)
+    return folder / name
 
 
-def read(model_file: str | os.PathLike, inputs: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]] | None:
-    """The outputs kept beside `model_file` for exactly these `inputs` and this model's bytes, else None."""
-    path = Path(model_file).with_name(FILE)
+def read(model_file: str | os.PathLike, inputs: list[dict[str, np.ndarray]],
+         name: str = FILE) -> list[list[np.ndarray]] | None:
+    """The outputs kept beside `model_file` (in its folder's `name`: FILE or PHOTOS_FILE) for exactly these `inputs`
+    and this model's bytes, else None."""
+    path = Path(model_file).with_name(name)
     if not path.is_file():
         return None
     try:
