@@ -19,7 +19,8 @@ and a venv holding `pip install .[runtime]` alone, as users install it: `tools.r
 an untimed first round fills the page cache; each later run's features compared with that first run's, min per-token cosine, so a
 path whose repeated runs disagree shows; and every other path this CPU's class ranks, plus each INT8 variant, named explicitly where
 the package ships its variant, `embed_also`) against a PyTorch bf16 process that loads the same weights from a
-safetensors file and embeds the same 4 photos.
+safetensors file and embeds the same 4 photos. Accuracy there: each runtime command's untimed run against PyTorch
+fp32 on the same 4 photos, each alone (`bench.cpu_race_torch reference`), min per-token cosine over every output.
 Writes bench/results/cpu-race[-SUFFIX].json and .md.
 """
 
@@ -310,6 +311,11 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
     if not weights.exists():
         subprocess.run([sys.executable, "-m", "bench.cpu_race_torch", "save", config, str(seed), str(weights)],
                        check=True, cwd=ROOT)
+    fp32_file = tmp / f"pytorch-fp32-{size}.npz"  # the accuracy reference, before any timed run
+    subprocess.run([sys.executable, "-m", "bench.cpu_race_torch", "reference", config, str(weights), str(package),
+                    str(fp32_file), *photos], check=True, cwd=ROOT, capture_output=True)
+    with np.load(fp32_file) as data:
+        fp32 = {key: data[key] for key in data.files}
     arguments = ["embed", *photos, "--package", str(package.resolve()), "--out", str(tmp / "embed.npz"), "--threads",
                  str(threads), "--force"]
     venv_env = runtime_venv.environment()
@@ -328,6 +334,7 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
     lines: dict[str, str] = {}
     first: dict[str, dict[str, np.ndarray]] = {}  # each runtime command's features of its untimed run
     agree: dict[str, float] = {}  # the lowest min per-token cosine of a later run against that
+    accuracy: dict[str, float] = {}  # each runtime command's untimed run against PyTorch fp32, every output
     for rep in range(-1, reps):  # -1: untimed, fills the page cache for every command
         for label, (command, cwd, env) in commands.items():
             start = time.perf_counter()
@@ -348,11 +355,13 @@ def embed_race(package: Path, config: str, seed: int, size: int, threads: int, r
                                                                 for key, value in first[label].items()))
                 else:
                     first[label] = features
+                    accuracy[label] = min(min_token_cosine(features[key], value) for key, value in fp32.items())
     medians = {label: statistics.median(t) for label, t in times.items()}
     torch_s = medians["PyTorch bf16 process"]
     return {"size": size, "photos": list(EMBED_PHOTOS), "threads": threads,
             "runtimes": {venv: " ".join(prefix) for venv, (prefix, _) in runtimes.items()},
             "times_s": times, "paths": lines, "repeat_min_token_cosine": agree,
+            "min_token_cosine_vs_pytorch_fp32": accuracy,
             "median_s": medians, "path_line": lines.get(defaults[first_venv], ""),
             "stages_s": {label: {stage: statistics.median(t) for stage, t in by_stage.items()}
                          for label, by_stage in stage_times.items()},
@@ -420,15 +429,17 @@ def markdown(result: dict) -> str:
                    "fresh process (`runtime embed` in "
                    + "; ".join(f"{venv}: `{prefix} embed`" for venv, prefix in e["runtimes"].items())
                    + f"; PyTorch loads the same weights from safetensors); {e['path_line']}"), "",
-                  "| command | path | median s | x PyTorch bf16 | runs | runs agree (min cosine) |",
-                  "|---|---|---:|---:|---|---:|"]
+                  ("| command | path | median s | x PyTorch bf16 | runs | runs agree (min cosine) | "
+                   "vs PyTorch fp32 (min cosine) |"),
+                  "|---|---|---:|---:|---|---:|---:|"]
         torch_s = e["median_s"]["PyTorch bf16 process"]
         for label, median in e["median_s"].items():
             path = e.get("paths", {}).get(label, "").split("path: ")[-1]
             repeat = e.get("repeat_min_token_cosine", {}).get(label)
+            versus = e.get("min_token_cosine_vs_pytorch_fp32", {}).get(label)
             lines.append(f"| {label} | {path} | {median:.2f} | {torch_s / median:.2f}x | "
                          f"{', '.join(f'{t:.2f}' for t in e['times_s'][label])} | "
-                         f"{'' if repeat is None else f'{repeat:.6f}'} |")
+                         f"{'' if repeat is None else f'{repeat:.6f}'} | {'' if versus is None else f'{versus:.5f}'} |")
         lines += ["", "`runtime embed` (default path) is " + ", ".join(
             f"**{ratio:.2f}x** PyTorch bf16 in {venv}" for venv, ratio in e["speedup_vs_torch_bf16"].items()) + ".", ""]
         if any(e.get("stages_s", {}).values()):
