@@ -7,6 +7,9 @@ import numpy as np
 
 from bench import cpu_race
 from tests import builds
+from tests.support import QWEN
+from vlm_vision_onnx.core.parity import min_token_cosine
+from vlm_vision_onnx.runtime import __main__ as runtime_cli
 from vlm_vision_onnx.runtime import path_choice
 
 
@@ -64,10 +67,12 @@ def test_the_process_race_names_every_other_ranked_path(every_variant_packages, 
     assert cpu_race.embed_also(manifest, 2048) == [("--engine", "onnxruntime", "--variant", "int8")]
 
 
-def test_the_pytorch_process_prints_its_stages(tmp_path):
+def test_the_pytorch_process_prints_its_stages(tmp_path, qwen_dist):
     """`bench.cpu_race_torch embed` (the race's PyTorch process) prints each stage's wall time in the form
     `cpu_race.stages` reads: import, load, preprocess, forward. Run on the tiny Qwen3-VL config with its random
-    weights; the stage table puts the rest (the wall time less the stages) beside them."""
+    weights; the stage table puts the rest (the wall time less the stages) beside them. Its `reference` (the
+    race's accuracy reference, fp32) writes the outputs under `runtime embed`'s names: the tiny package's export of
+    the same weights embeds the photo to the same features."""
     import subprocess
     import sys
 
@@ -87,6 +92,13 @@ def test_the_pytorch_process_prints_its_stages(tmp_path):
     e = {"median_s": {"PyTorch bf16 process": 10.0}, "stages_s": {"PyTorch bf16 process": stages}}
     row = next(line for line in cpu_race.stage_table(e) if line.startswith("| PyTorch"))
     assert row.endswith(f"| {10.0 - sum(stages.values()):.2f} |"), row
+
+    run("reference", "qwen3-vl-tiny", weights, tmp_path, tmp_path / "fp32.npz", photo)
+    runtime_cli.main(["embed", str(photo), "--package", str(qwen_dist / QWEN), "--out", str(tmp_path / "e.npz"),
+                      "--engine", "onnxruntime", "--threads", "1"])
+    with np.load(tmp_path / "fp32.npz") as fp32, np.load(tmp_path / "e.npz") as embedded:
+        assert sorted(fp32.files) == sorted(k for k in embedded.files if embedded[k].dtype.kind == "f")
+        assert min(min_token_cosine(embedded[k], fp32[k]) for k in fp32.files) > 0.99999
 
 
 def test_the_process_race_says_which_venv_ran_each_command(tmp_path):
