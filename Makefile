@@ -145,8 +145,9 @@ bench: $(STAMP)
 	$(PY) -m bench.latency --model $(MODEL)
 	$(PY) -m bench.scale --model $(MODEL)
 
-# Wall time and peak RSS of every stage of `make export` (both export paths, surgery, optimize, int8, int4),
-# each in its own process, against the target of 4x the fp32 model: bench/results/export.md.
+# Wall time and peak RSS of every stage of `make export` (both export paths, surgery, optimize, int8, int4, ov-int8
+# where the family ships it), each in its own process, against the target of 4x the fp32 model, and ov-int8's wall
+# time against the rest of `make export`: bench/results/export.md.
 bench-export: $(STAMP)
 	$(PY) -m bench.export_bench --model $(MODEL) $(if $(INT8_FLAGS),--int8-flags "$(INT8_FLAGS)") \
 		$(if $(INT4_FLAGS),--int4-flags "$(INT4_FLAGS)")
