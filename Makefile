@@ -33,9 +33,13 @@ BUILD := build/$(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,no-checkpoint)),$(MO
 # the model's family ships (`--shipped`: declared with the family, families/shipping.py; the points `make bench`'s
 # sweep chose and their measurements are written beside each declaration).
 stage_flags = $(if $($1),$($1),--shipped)
+# A switch (DYNAMO, FP16, OV_INT8, SPEED, GENAI) is on when given and not 0: FP16=0 is FP16 off.
+on = $(filter-out 0,$($1))
 int8_flags = $(call stage_flags,INT8_FLAGS)
 int4_flags = $(call stage_flags,INT4_FLAGS)
 ov_int8_flags = $(call stage_flags,OV_INT8_FLAGS)
+# Without OV_INT8 the ov-int8 stage runs for the families that ship it by default (the stage says so and exits 0).
+ov_int8_where = $(if $(call on,OV_INT8),, --if-shipped)
 
 .PHONY: install lock webgpu export package test lint fuzz bench bench-export bench-collection compare clean
 
@@ -79,7 +83,7 @@ lock:
 # (the family's passes) -> int8, int4 (FP16=1: and fp16 and q4f16, docs/fp16.md), each stage into build/MODEL/<stage>/
 # (model + self-contained report.json).
 EXPORT_ARGS = $(if $(or $(MODEL_GIVEN),$(if $(CHECKPOINT),,x)),--model $(MODEL)) \
-	$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(DYNAMO),--dynamo)
+	$(if $(CHECKPOINT),--checkpoint $(CHECKPOINT)) $(if $(call on,DYNAMO),--dynamo)
 
 export: $(STAMP)
 ifneq ($(STATIC),)
@@ -95,10 +99,9 @@ else
 	$(PY) -m quantize optimize $(BUILD)/surgery $(BUILD)/optimized
 	$(PY) -m quantize int8 $(BUILD)/optimized $(BUILD)/int8 $(int8_flags)
 	$(PY) -m quantize int4 $(BUILD)/optimized $(BUILD)/int4 $(int4_flags)
-	$(if $(FP16),$(PY) -m quantize fp16 $(BUILD)/optimized $(BUILD)/fp16)
-	$(if $(FP16),$(PY) -m quantize q4f16 $(BUILD)/optimized $(BUILD)/q4f16)
-	$(if $(filter 0,$(OV_INT8)),,$(PY) -m quantize ov-int8 $(BUILD)/optimized $(BUILD)/ov-int8 $(ov_int8_flags) \
-		$(if $(filter 1,$(OV_INT8)),,--if-shipped))
+	$(if $(call on,FP16),$(PY) -m quantize fp16 $(BUILD)/optimized $(BUILD)/fp16)
+	$(if $(call on,FP16),$(PY) -m quantize q4f16 $(BUILD)/optimized $(BUILD)/q4f16)
+	$(if $(filter 0,$(OV_INT8)),,$(PY) -m quantize ov-int8 $(BUILD)/optimized $(BUILD)/ov-int8 $(ov_int8_flags)$(ov_int8_where))
 endif
 
 # Release package from the stage folders of `make export`: dist/NAME/ (onnx/vision_encoder*.onnx, config.json,
@@ -108,10 +111,10 @@ endif
 # Check it with `python -m runtime verify dist/NAME`. GENAI=1 CHECKPOINT=DIR (the checkpoint `make export` read)
 # also writes dist/MODEL-genai/, the folder onnxruntime-genai 0.18.0 loads (docs/genai.md).
 package: $(STAMP)
-	$(if $(GENAI),$(if $(CHECKPOINT),,$(error GENAI=1 needs CHECKPOINT=DIR, the full checkpoint the export read (Qwen3-VL, Qwen2.5-VL or Qwen3.5))))
-	$(if $(SPEED),$(PY) -m release speed $(BUILD))
+	$(if $(call on,GENAI),$(if $(CHECKPOINT),,$(error GENAI=1 needs CHECKPOINT=DIR, the full checkpoint the export read (Qwen3-VL, Qwen2.5-VL or Qwen3.5))))
+	$(if $(call on,SPEED),$(PY) -m release speed $(BUILD))
 	$(PY) -m release package $(BUILD) --dist dist
-	$(if $(GENAI),$(PY) -m release genai $(BUILD) --checkpoint $(CHECKPOINT) --out dist/$(notdir $(BUILD))-genai)
+	$(if $(call on,GENAI),$(PY) -m release genai $(BUILD) --checkpoint $(CHECKPOINT) --out dist/$(notdir $(BUILD))-genai)
 
 # The suite on two pytest-xdist workers, each test file whole on one worker (its module fixtures made once), the
 # files longest first (tests/conftest.py orders them by bench/results/test-durations.md; --no-loadscope-reorder keeps
@@ -142,8 +145,9 @@ bench: $(STAMP)
 	$(PY) -m bench.latency --model $(MODEL)
 	$(PY) -m bench.scale --model $(MODEL)
 
-# Wall time and peak RSS of every stage of `make export` (both export paths, surgery, optimize, int8, int4),
-# each in its own process, against the target of 4x the fp32 model: bench/results/export.md.
+# Wall time and peak RSS of every stage of `make export` (both export paths, surgery, optimize, int8, int4, ov-int8
+# where the family ships it), each in its own process, against the target of 4x the fp32 model, and ov-int8's wall
+# time against the rest of `make export`: bench/results/export.md.
 bench-export: $(STAMP)
 	$(PY) -m bench.export_bench --model $(MODEL) $(if $(INT8_FLAGS),--int8-flags "$(INT8_FLAGS)") \
 		$(if $(INT4_FLAGS),--int4-flags "$(INT4_FLAGS)")

@@ -44,14 +44,19 @@ def parse_args(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def shipped_flags(model: str | None = None, config: Path | None = None) -> dict[str, list[str]]:
-    """{stage: flags} `make export` runs int8 and int4 with for the model (a config name) or config file: its family's
-    declared flags."""
+def shipping(model: str | None = None, config: Path | None = None):
+    """What the family of the model (a config name) or config file ships (`families.shipping.Shipping`)."""
     from builders.config import load_config
     from vlm_vision_onnx.families import family
 
     loaded = load_config(model, config)
-    declared = family(loaded.family, loaded.path).shipping
+    return family(loaded.family, loaded.path).shipping
+
+
+def shipped_flags(model: str | None = None, config: Path | None = None) -> dict[str, list[str]]:
+    """{stage: flags} `make export` runs int8 and int4 with for the model (a config name) or config file: its family's
+    declared flags."""
+    declared = shipping(model, config)
     return {stage: declared.stage_flags(stage) for stage in QUANTIZED}
 
 

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 from bench import shipped, sweep
 from builders.config import load_config
 from quantize import __main__ as quantize_cli
+from tests import builds
 from vlm_vision_onnx.core.errors import UsageError
 from vlm_vision_onnx.families import FAMILIES
 from vlm_vision_onnx.families.qwen_vl.generations import GENERATIONS
@@ -114,3 +115,18 @@ def test_shipped_on_a_model_without_family_is_a_usage_error(tmp_path):
     _family_model(tmp_path / "model.onnx", None)
     with pytest.raises(UsageError, match="family"):
         quantize_cli.resolve_shipped(["int8", str(tmp_path), str(tmp_path / "out"), "--shipped"])
+
+
+def test_ov_int8_is_built_by_default_for_qwen3_vl_alone():
+    """`make export` builds ov-int8 where the family declares it (`Shipping.ov_int8`): Qwen3-VL, the one whose
+    ov-int8 meets the photo floor `--engine auto` asks for at published dims (families/qwen_vl/generations.py)."""
+    assert [name for name in NAMES if FAMILIES[name].shipping.ov_int8] == ["qwen3-vl"]
+
+
+def test_if_shipped_skips_a_family_that_does_not_ship_it(tmp_path, capsys):
+    """`quantize ov-int8 --if-shipped` on a Phi-4-multimodal model: says why, writes nothing, exit 0; the family of
+    a Qwen3-VL model ships it."""
+    out = tmp_path / "ov-int8"
+    assert quantize_cli.main(["ov-int8", str(builds.path(builds.PHI4_MM)), str(out), "--shipped", "--if-shipped"]) == 0
+    assert "not built" in capsys.readouterr().err and not out.exists() and list(tmp_path.iterdir()) == []
+    assert quantize_cli.shipping(builds.path(builds.QWEN3_VL)).ov_int8

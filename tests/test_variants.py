@@ -31,12 +31,21 @@ def _stage_line(lines: list[str], kind) -> str | None:
 
 @NEEDS_MAKE
 def test_make_export_runs_every_variant_as_the_table_says():
+    """Without its switch a variant is built always (no switch), never (FP16), or where the family ships it
+    (`by_family`: ov-int8, `--if-shipped`); SWITCH=1 builds it for every family, SWITCH=0 never."""
     switches = sorted({v.switch for v in VARIANTS.values() if v.switch})
     plain, switched = _dry_run(), _dry_run(*(f"{s}=1" for s in switches))
+    off = _dry_run(*(f"{s}=0" for s in switches))
     for kind in VARIANTS.values():
         line = _stage_line(switched, kind)
         assert line is not None, f"make export {' '.join(switches)}=1 does not run the {kind.name} stage as the table says"
-        assert (_stage_line(plain, kind) is None) == bool(kind.switch), f"{kind.name}: switch {kind.switch!r}"
+        default = _stage_line(plain, kind)
+        if kind.by_family:
+            assert default is not None and default.endswith(" --if-shipped"), default
+        else:
+            assert (default is None) == bool(kind.switch), f"{kind.name}: switch {kind.switch!r}"
+        if kind.switch:
+            assert _stage_line(off, kind) is None, f"{kind.name}: {kind.switch}=0 still builds it"
         if kind.flags:
             assert line.endswith(" --shipped"), f"{kind.name}: the family's flags by default: {line}"
 

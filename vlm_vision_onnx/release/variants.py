@@ -27,7 +27,9 @@ class VariantKind:
     folder in a build (`build/NAME/<stage>/`); `command`: the `python -m quantize COMMAND` that makes the stage from
     the optimized stage; `flags`: the Makefile variable that replaces the family's shipped flags of the command
     (`--shipped`; "" where the command has none); `switch`: the Makefile variable that makes `make export` build it
-    ("" = always); `made_for`: one of TARGETS; `suffix`: its file name's suffix after BASE_NAME; `ir`: an OpenVINO IR.
+    ("" = always); `made_for`: one of TARGETS; `suffix`: its file name's suffix after BASE_NAME; `ir`: an OpenVINO IR;
+    `by_family`: without its switch `make export` builds it for the families that ship it
+    (`quantize COMMAND --if-shipped`: `families.shipping.Shipping.ov_int8`), SWITCH=1 for every family, SWITCH=0 never.
     """
 
     name: str
@@ -38,6 +40,7 @@ class VariantKind:
     made_for: str
     suffix: str
     ir: bool = False
+    by_family: bool = False
 
     def __post_init__(self):
         if self.made_for not in TARGETS:
@@ -66,11 +69,12 @@ VARIANTS: dict[str, VariantKind] = {v.name: v for v in (
     VariantKind("q4", "int4", "int4", flags="INT4_FLAGS", switch="", made_for="onnxruntime", suffix="_q4"),
     VariantKind("q4f16", "q4f16", "q4f16", flags="", switch="FP16", made_for="webgpu", suffix="_q4f16"),
     VariantKind("ov-int8", "ov-int8", "ov-int8", flags="OV_INT8_FLAGS", switch="OV_INT8", made_for="openvino",
-                suffix="_int8", ir=True),
+                suffix="_int8", ir=True, by_family=True),
 )}
 #: Stage folder -> its variant.
 BY_STAGE: dict[str, VariantKind] = {v.stage: v for v in VARIANTS.values()}
-#: The stages every `make export` builds (no switch), fp32's optimized first: what bench measures by default.
+#: The stages every `make export` builds for every family (no switch), fp32's optimized first: what bench measures by
+#: default.
 ALWAYS: tuple[str, ...] = tuple(v.stage for v in VARIANTS.values() if not v.switch)
 #: The quantized stages every `make export` builds (int8, int4).
 QUANTIZED: tuple[str, ...] = ALWAYS[1:]
