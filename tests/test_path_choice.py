@@ -283,3 +283,20 @@ def test_embed_chooses_for_its_largest_photo(every_variant_packages, tmp_path, c
         lines = [line for line in capsys.readouterr().err.splitlines() if "path:" in line]
         assert len(lines) == 1 and f"path: {expected} (" in lines[0], lines
     assert "int8 measured on images up to 90,000 pixels, this call's largest image has 102,400" in lines[0]
+
+
+def test_openvino_is_asked_only_when_a_path_needs_it(monkeypatch):
+    """A call too small for OpenVINO's compile to pay off takes ONNX Runtime's INT8 without importing openvino
+    (0.1-0.2 s of the process); a large one asks, once."""
+    asked = []
+    monkeypatch.setattr(pc.openvino_session, "available", lambda: asked.append("available") or True)
+    monkeypatch.setattr(pc.openvino_session, "bf16_supported", lambda: asked.append("bf16") or True)
+    one_k = 1024 * 1024
+    package = measured(manifest(int8=0.99830, ov_int8=(0.99810, 0.99816)), int8=one_k, ov_int8=one_k)
+    package["variants"][2]["file"] = "openvino/vision_encoder_int8.xml"
+    small = pc.Largest.of((448 * 448,) * 4)
+    assert pc.choose(package, cpu_kind=AVX512_BF16, largest=small).path == Path("onnxruntime", "int8")
+    assert asked == []
+    large = pc.Largest.of((one_k,) * 4)
+    assert pc.choose(package, cpu_kind=AVX512_BF16, largest=large).path == Path("openvino", "ov-int8", "bf16")
+    assert asked == ["available", "bf16"]

@@ -219,12 +219,30 @@ def _under_floor(value: float) -> str:
     return f"{value:.{digits}f}"
 
 
-def _refusal(manifest: dict, path: Path, have_openvino: bool, have_bf16: bool,
-             largest: Largest | None) -> str | None:
+class OpenVINOHere:
+    """Whether OpenVINO imports here and computes in bf16 on this CPU, each asked of OpenVINO only when a path
+    needs it (None: ask): importing openvino costs 0.1-0.2 s of a `runtime embed` process, which a call that takes
+    ONNX Runtime's path never spends."""
+
+    def __init__(self, have_openvino: bool | None = None, have_bf16: bool | None = None):
+        self._openvino, self._bf16 = have_openvino, have_bf16
+
+    def openvino(self) -> bool:
+        if self._openvino is None:
+            self._openvino = openvino_session.available()
+        return self._openvino
+
+    def bf16(self) -> bool:
+        if self._bf16 is None:
+            self._bf16 = self.openvino() and openvino_session.bf16_supported()
+        return self._bf16
+
+
+def _refusal(manifest: dict, path: Path, here: OpenVINOHere, largest: Largest | None) -> str | None:
     """Why `path` cannot run here (None: it can)."""
-    if path.engine == "openvino" and not have_openvino:
+    if path.engine == "openvino" and not here.openvino():
         return "openvino not installed"
-    if path.precision == "bf16" and not have_bf16:
+    if path.precision == "bf16" and not here.bf16():
         return "no bf16 in OpenVINO on this CPU"
     names = {r.get("name") for r in manifest.get("variants", []) if isinstance(r, dict)}
     if path.variant not in names:
@@ -242,7 +260,8 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
            cpu_kind: str | None = None, have_openvino: bool | None = None,
            have_bf16: bool | None = None, largest: Largest | None = None) -> Choice:
     """The path for a package (see the module docstring). `cpu_kind`, `have_openvino`, `have_bf16`: this machine's
-    unless given (tests give them). `largest`: the call's largest image (None: no bound by size)."""
+    unless given (tests give them; OpenVINO is asked only when a path needs it, `OpenVINOHere`). `largest`: the
+    call's largest image (None: no bound by size)."""
     if engine != "auto":
         chosen = Path(engine, variant or "fp32", precision)
         Engine(chosen.engine, chosen.precision)  # UsageError for a precision the engine does not take
@@ -250,10 +269,7 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
     if precision is not None:
         return Choice(Path("openvino", variant or "fp32", precision), f"--precision {precision}")
     kind = cpu_kind or cpu_class()
-    if have_openvino is None:
-        have_openvino = openvino_session.available()
-    if have_bf16 is None:
-        have_bf16 = have_openvino and openvino_session.bf16_supported()
+    here = OpenVINOHere(have_openvino, have_bf16)
     skipped = []
     ranking, small = RANKING.get(kind, ()), largest is not None and not openvino_pays_off(kind, largest.images)
     if small:  # ONNX Runtime's paths first, each group in its order
@@ -261,7 +277,7 @@ def choose(manifest: dict, engine: str = "auto", variant: str | None = None, pre
     for path in ranking:
         if variant is not None and path.variant != variant:
             continue
-        reason = _refusal(manifest, path, have_openvino, have_bf16, largest)
+        reason = _refusal(manifest, path, here, largest)
         if reason is None:
             why = f"auto: fastest on a {kind} CPU meeting {FLOOR}"
             if small and path.engine == "onnxruntime":
