@@ -129,7 +129,8 @@ def test_runtime_start_imports_no_heavy_module(venv, tmp_path):
     """What `runtime embed` and `verify` import before any work (the CLI and the families' preprocessing) holds no
     torch, onnx_ir or sympy: each costs a user's process 1-3 s of start on 2 cores (core.onnx_io imports onnx_ir
     on first use)."""
-    check = ("import sys, runtime.__main__, families.qwen_vl.preprocess, families.phi4_mm.preprocess; "
+    check = ("import sys, vlm_vision_onnx.runtime.__main__, vlm_vision_onnx.families.qwen_vl.preprocess, "
+             "vlm_vision_onnx.families.phi4_mm.preprocess; "
              "print(sorted(m for m in ('torch', 'onnx_ir', 'sympy', 'onnxscript') if m in sys.modules))")
     done = run(venv, "-c", check, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
