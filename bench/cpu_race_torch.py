@@ -52,12 +52,17 @@ def _tower(config: str, weights: str, dtype):
     return model.to(dtype).eval()
 
 
-def _processed(package: str, photos: list[str]) -> dict:
-    """The photos through transformers' processor configured from `package` (numpy pixel_values, image_grid_thw)."""
-    from PIL import Image
+def _processor(package: str):
+    """transformers' Qwen2VLImageProcessorPil configured from `package`'s preprocessor_config.json."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    processor = Qwen2VLImageProcessorPil.from_pretrained(package)
+    return Qwen2VLImageProcessorPil.from_pretrained(package)
+
+
+def _processed(processor, photos: list[str]) -> dict:
+    """The photos through `processor` (numpy pixel_values, image_grid_thw)."""
+    from PIL import Image
+
     return processor(images=[Image.open(p).convert("RGB") for p in photos], return_tensors="np")
 
 
@@ -86,7 +91,7 @@ def embed(config: str, weights: str, package: str, threads: int, photos: list[st
     with step("load", tag=TAG):  # the tower on the meta device, its weights read, cast to bf16
         model = _tower(config, weights, torch.bfloat16)
     with step("preprocess", tag=TAG):
-        inputs = _processed(package, photos)
+        inputs = _processed(_processor(package), photos)
     with step("forward", tag=TAG):
         out = _run(model, inputs, torch.bfloat16)
     print(f"embedded {len(photos)} photos: {tuple(out.pooler_output.shape)}", file=sys.stderr)
@@ -97,10 +102,10 @@ def reference(config: str, weights: str, package: str, out: str, photos: list[st
     import numpy as np
     import torch
 
-    model = _tower(config, weights, torch.float32)
+    model, processor = _tower(config, weights, torch.float32), _processor(package)
     found = {}
     for i, photo in enumerate(photos):
-        result = _run(model, _processed(package, [photo]), torch.float32)
+        result = _run(model, _processed(processor, [photo]), torch.float32)
         found[f"image_{i}.image_features"] = result.pooler_output.numpy()
         for j, deep in enumerate(getattr(result, "deepstack_features", None) or ()):
             found[f"image_{i}.deepstack_embeds_{j}"] = deep.numpy()

@@ -34,8 +34,8 @@ from vlm_vision_onnx.core.machine import describe, machine
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The memory target of every stage: peak RSS at most this many times the fp32 model's size.
 TARGET_RATIO = 4.0
-#: The default flags are those the model's family ships (declared with it, families/shipping.py), read by
-#: `bench.shipped.shipped_flags`.
+#: The default flags are those the model's family ships (declared with it, families/shipping.py), read through
+#: `bench.shipped.shipping`.
 STAGES = ("export-torchscript", "export-dynamo", "surgery", "optimize", "int8", "int4", "ov-int8")
 #: The stages of `make export` besides ov-int8 (export-dynamo is `DYNAMO=1`'s instead of export-torchscript).
 MAKE_EXPORT_REST = ("export-torchscript", "surgery", "optimize", "int8", "int4")
@@ -161,10 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
     name = args.config.stem if args.config else args.model
-    shipped_flags = shipped.shipped_flags(None if args.config else args.model, args.config)
-    args.int8_flags = shlex.join(shipped_flags["int8"]) if args.int8_flags is None else args.int8_flags
-    args.int4_flags = shlex.join(shipped_flags["int4"]) if args.int4_flags is None else args.int4_flags
-    ov_int8_flags = shlex.join(shipped.shipping(None if args.config else args.model, args.config).stage_flags("ov-int8"))
+    declared = shipped.shipping(None if args.config else args.model, args.config)
+    args.int8_flags = shlex.join(declared.stage_flags("int8")) if args.int8_flags is None else args.int8_flags
+    args.int4_flags = shlex.join(declared.stage_flags("int4")) if args.int4_flags is None else args.int4_flags
+    ov_int8_flags = shlex.join(declared.stage_flags("ov-int8"))
     work = args.work or Path("build/bench-export") / name
     stem = "export" if name in DEFAULT_NAMES else f"export-{name}"  # other models do not replace the 2B table
     earlier: dict = {}

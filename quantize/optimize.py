@@ -149,12 +149,12 @@ def run(path: str | Path, out: Path, skip: set[str], context: StageRun, checks: 
             produced = parity.run_all(session, source.inputs)
             cases = parity.check_outputs([o.name for o in session.get_outputs()], source.layouts, produced,
                                          source.reference, source.tolerance)
-        if all(c["ok"] for c in cases):
+        passed = all(c["ok"] for c in cases)
+        if passed:
             with step("run it on the held-out photos (the quantize stages' fp32 reference there)", timings):
                 photo_check.keep(tmp, tmp / "model.onnx", session, source.path)
         del session
         gc.collect()
-        passed = all(c["ok"] for c in cases)
         if not passed:
             failed = [i for i, c in enumerate(cases) if not c["ok"]]
             with step("find the pass that breaks parity", timings):

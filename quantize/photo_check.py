@@ -60,15 +60,14 @@ def measure(fp32_file: Path, quantized_file: Path, threads: int, open_quantized=
     return {"photos": list(HELD_OUT), "sizes": [list(s) for s in SIZES], **metrics.worst(cases), "cases": cases}
 
 
-def keep(folder: Path, model_file: Path, session, source_file: Path) -> bool:
+def keep(folder: Path, model_file: Path, session, source_file: Path) -> None:
     """Run `session` (the saved model at `model_file`) on the held-out photos of `source_file`'s model (same family,
     metadata and export as `model_file`'s: the optimize stage's input) and keep the outputs in `folder`
-    (`core.stage_outputs.PHOTOS_FILE`) for the quantize stages' `measure`; False when the photos cannot be made for
-    the model (as `measure` skips)."""
+    (`core.stage_outputs.PHOTOS_FILE`) for the quantize stages' `measure`; nothing is kept when the photos cannot be
+    made for the model (where `measure` skips them too)."""
     try:
         named = named_feeds(source_file)
     except UsageError:
-        return False
+        return
     inputs = [feeds for _, feeds in named]
     stage_outputs.write(folder, model_file, inputs, metrics.run_all(session, inputs), stage_outputs.PHOTOS_FILE)
-    return True
